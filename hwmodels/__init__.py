@@ -1,0 +1,29 @@
+"""hwmodels: device, link and cluster specs, the catalog and registry, and cost models.
+
+It answers questions and never schedules.
+
+>>> from hwmodels import get_cluster, RooflineCost
+>>> c = get_cluster("quad-v100-nvlink")
+>>> RooflineCost(c).transfer_time(25_000_000, "gpu0", "gpu1")  # 1 us + 25 MB / 25 GB/s
+0.001001
+"""
+
+from hwmodels.cost import COST_MODELS, CostModel, RooflineCost, make_cost_model
+from hwmodels.registry import (
+    get_cluster,
+    get_device,
+    list_clusters,
+    list_devices,
+    load,
+    register_cluster,
+    register_device,
+)
+from hwmodels.spec import DEVICE_KINDS, Cluster, Device, Hop, Link
+from hwmodels.toml_io import HardwareFile, dump, dumps, loads
+
+__all__ = [
+    "COST_MODELS", "DEVICE_KINDS", "Cluster", "CostModel", "Device", "HardwareFile", "Hop",
+    "Link", "RooflineCost", "dump", "dumps", "get_cluster", "get_device", "list_clusters",
+    "list_devices", "load", "loads", "make_cost_model", "register_cluster",
+    "register_device",
+]

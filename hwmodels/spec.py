@@ -1,0 +1,299 @@
+"""Frozen hardware specs: :class:`Device`, :class:`Link` and :class:`Cluster`.
+
+Everything here is in SI units (FLOP/s, bytes, bytes/s, seconds). The TOML files use human
+units with the unit in the key name; :mod:`hwmodels.toml_io` converts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any
+
+import networkx as nx
+
+from workloads.errors import HardwareSpecError
+from workloads.graph import DTYPE_BYTES, OP_CLASSES
+
+__all__ = ["DEVICE_KINDS", "Cluster", "Device", "Efficiency", "Hop", "Link"]
+
+DEVICE_KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu", "npu", "fpga", "other")
+PEAK_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+COMPUTE_CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASSES if c != "source")
+
+#: A constant efficiency, or a table of ``(size_threshold, efficiency)`` rows: the row with
+#: the largest threshold not above the op's size applies (size = FLOPs for compute-bound
+#: classes, bytes otherwise).
+Efficiency = float | tuple[tuple[float, float], ...]
+
+
+def _fail(owner: str, message: str) -> HardwareSpecError:
+    return HardwareSpecError(f"{owner}: {message}")
+
+
+def _check_positive(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        raise _fail(owner, f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+
+
+def _check_efficiency(owner: str, op_class: str, value: Efficiency) -> Efficiency:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not 0 < value <= 1:
+            raise _fail(owner, f"efficiency.{op_class} must be in (0, 1], got {value!r}")
+        return float(value)
+    try:
+        rows = tuple((float(t), float(e)) for t, e in value)  # type: ignore[union-attr]
+    except (TypeError, ValueError):
+        raise _fail(owner, f"efficiency.{op_class} must be a number or a table "
+                           f"[[size_threshold, efficiency], ...], got {value!r}") from None
+    thresholds = [t for t, _ in rows]
+    if not rows or thresholds != sorted(set(thresholds)) or any(
+            not 0 < e <= 1 for _, e in rows):
+        raise _fail(owner, f"efficiency.{op_class} table must have increasing thresholds "
+                           f"and efficiencies in (0, 1], got {value!r}")
+    return rows
+
+
+@dataclass(frozen=True)
+class Device:
+    """One processor: peak rates per dtype, memory, overheads, per-class efficiency.
+
+    >>> d = Device("toy", "gpu", peak={"fp32": 1e12}, memory_bytes=2**30,
+    ...            memory_bandwidth=1e11)
+    >>> d.peak_flops("fp32")
+    1000000000000.0
+    """
+
+    name: str
+    kind: str
+    peak: Mapping[str, float]
+    memory_bytes: int
+    memory_bandwidth: float
+    launch_overhead_s: float = 0.0
+    compute_streams: int = 1
+    copy_engines: int = 1
+    efficiency: Mapping[str, Efficiency] = field(default_factory=dict)
+    model: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        owner = f"device {self.name!r}"
+        if not self.name:
+            raise HardwareSpecError("device: name must be a non-empty string, got ''")
+        if self.kind not in DEVICE_KINDS:
+            raise _fail(owner, f"kind must be one of {', '.join(DEVICE_KINDS)}, "
+                               f"got {self.kind!r}")
+        if not self.peak:
+            raise _fail(owner, "peak must name at least one dtype, got none")
+        for dtype, rate in self.peak.items():
+            if dtype not in PEAK_DTYPES:
+                raise _fail(owner, f"peak dtype must be one of {', '.join(PEAK_DTYPES)}, "
+                                   f"got {dtype!r}")
+            _check_positive(owner, f"peak.{dtype}", rate)
+        _check_positive(owner, "memory_bytes", self.memory_bytes)
+        _check_positive(owner, "memory_bandwidth", self.memory_bandwidth)
+        _check_positive(owner, "launch_overhead_s", self.launch_overhead_s, allow_zero=True)
+        for name in ("compute_streams", "copy_engines"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise _fail(owner, f"{name} must be an int >= 1, got {value!r}")
+        eff = {}
+        for op_class, value in self.efficiency.items():
+            if op_class not in COMPUTE_CLASSES:
+                raise _fail(owner, f"efficiency key must be one of "
+                                   f"{', '.join(COMPUTE_CLASSES)}, got {op_class!r}")
+            eff[op_class] = _check_efficiency(owner, op_class, value)
+        object.__setattr__(self, "peak", MappingProxyType(
+            {k: float(v) for k, v in self.peak.items()}))
+        object.__setattr__(self, "efficiency", MappingProxyType(eff))
+        object.__setattr__(self, "model", self.model or self.name)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.model))
+
+    def peak_flops(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``; error naming the device if it has no such unit."""
+        try:
+            return self.peak[dtype]
+        except KeyError:
+            if dtype not in DTYPE_BYTES:
+                raise _fail(f"device {self.name!r}",
+                            f"dtype must be one of {', '.join(PEAK_DTYPES)}, "
+                            f"got {dtype!r}") from None
+            raise _fail(f"device {self.name!r}",
+                        f"has no peak rate for dtype {dtype!r}; it has "
+                        f"{', '.join(self.peak)}") from None
+
+    def efficiency_for(self, op_class: str, size: float = 0.0) -> float:
+        """Fraction of peak an op of ``op_class`` and ``size`` reaches (1.0 if unset)."""
+        value = self.efficiency.get(op_class, 1.0)
+        if isinstance(value, float):
+            return value
+        index = bisect.bisect_right([t for t, _ in value], size) - 1
+        return value[max(index, 0)][1]
+
+    def instance(self, name: str) -> Device:
+        """This spec under another name (a device slot of a cluster)."""
+        from dataclasses import replace
+        return replace(self, name=name, model=self.model)
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point connection between two nodes (devices or switches).
+
+    ``full`` duplex carries one transfer per direction at a time; ``half`` one in all.
+    """
+
+    a: str
+    b: str
+    bandwidth: float
+    latency_s: float = 0.0
+    duplex: str = "full"
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.name or f"{self.a}<->{self.b}")
+        owner = f"link {self.name!r}"
+        _check_positive(owner, "bandwidth", self.bandwidth)
+        _check_positive(owner, "latency_s", self.latency_s, allow_zero=True)
+        if self.duplex not in ("full", "half"):
+            raise _fail(owner, f"duplex must be 'full' or 'half', got {self.duplex!r}")
+        if self.a == self.b:
+            raise _fail(owner, f"must join two different nodes, got {self.a!r} twice")
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One link traversed in one direction; ``channel`` is what contends for it."""
+
+    link: Link
+    src: str
+    dst: str
+
+    @property
+    def channel(self) -> str:
+        if self.link.duplex == "half":
+            return self.link.name
+        return f"{self.link.name}:{self.src}->{self.dst}"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Devices, switches and links; routes go by least total latency.
+
+    >>> from hwmodels import get_cluster
+    >>> c = get_cluster("workstation")
+    >>> [h.link.name for h in c.route("cpu0", "gpu0")]
+    ['pcie0']
+    """
+
+    name: str
+    devices: tuple[Device, ...]
+    links: tuple[Link, ...] = ()
+    switches: tuple[str, ...] = ()
+    hosts: Mapping[str, str] = field(default_factory=dict)
+    description: str = ""
+    _routes: dict[tuple[str, str], tuple[Hop, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "devices", tuple(self.devices))
+        object.__setattr__(self, "links", tuple(self.links))
+        object.__setattr__(self, "switches", tuple(self.switches))
+        object.__setattr__(self, "hosts", MappingProxyType(dict(self.hosts)))
+        self._validate()
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def _validate(self) -> None:
+        owner = f"cluster {self.name!r}"
+        if not self.devices:
+            raise _fail(owner, "devices must list at least one device, got none")
+        nodes: set[str] = set()
+        for node in [d.name for d in self.devices] + list(self.switches):
+            if node in nodes:
+                raise _fail(owner, f"duplicate device or switch name {node!r}")
+            nodes.add(node)
+        pairs: set[frozenset[str]] = set()
+        for link in self.links:
+            for end in (link.a, link.b):
+                if end not in nodes:
+                    raise _fail(owner, f"link {link.name!r} joins {end!r}, which is not a "
+                                       f"device or switch of the cluster")
+            pair = frozenset((link.a, link.b))
+            if pair in pairs:
+                raise _fail(owner, f"link {link.name!r}: a second link between {link.a!r} "
+                                   f"and {link.b!r}; give one link their total bandwidth")
+            pairs.add(pair)
+        for device in self.hosts:
+            if device not in nodes:
+                raise _fail(owner, f"hosts names {device!r}, which is not a device")
+        if len(self.devices) > 1 and not nx.is_connected(self.graph):
+            parts = sorted(sorted(c) for c in nx.connected_components(self.graph))
+            raise _fail(owner, f"must be connected, got separate parts {parts}")
+
+    @cached_property
+    def graph(self) -> nx.Graph:
+        """Devices and switches as nodes (``kind`` attr), links as edges (``link`` attr)."""
+        g = nx.Graph(name=self.name)
+        for device in self.devices:
+            g.add_node(device.name, kind="device")
+        for switch in self.switches:
+            g.add_node(switch, kind="switch")
+        for link in self.links:
+            g.add_edge(link.a, link.b, link=link, latency=link.latency_s)
+        return g
+
+    @cached_property
+    def _by_name(self) -> dict[str, Device]:
+        return {d.name: d for d in self.devices}
+
+    @property
+    def device_names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.devices)
+
+    def device(self, name: str) -> Device:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise _fail(f"cluster {self.name!r}",
+                        f"no device named {name!r}; it has "
+                        f"{', '.join(self.device_names)}") from None
+
+    def devices_of_kind(self, kind: str) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.kind == kind)
+
+    def route(self, src: str, dst: str) -> tuple[Hop, ...]:
+        """The hops from ``src`` to ``dst`` along the least-latency path (empty if equal)."""
+        key = (src, dst)
+        if key not in self._routes:
+            self.device(src)
+            self.device(dst)
+            path: Sequence[str] = (
+                [src] if src == dst
+                else nx.shortest_path(self.graph, src, dst, weight="latency"))
+            self._routes[key] = tuple(
+                Hop(self.graph.edges[u, v]["link"], u, v) for u, v in itertools.pairwise(path)
+            )
+        return self._routes[key]
+
+    def bandwidth(self, src: str, dst: str) -> float:
+        """Bottleneck bandwidth (bytes/s) from ``src`` to ``dst`` (inf on one device)."""
+        hops = self.route(src, dst)
+        return min((h.link.bandwidth for h in hops), default=float("inf"))
+
+    def latency(self, src: str, dst: str) -> float:
+        """Sum of link latencies (seconds) from ``src`` to ``dst``."""
+        return sum(h.link.latency_s for h in self.route(src, dst))
+
+    def slowest_link(self, src: str, dst: str) -> Link | None:
+        hops = self.route(src, dst)
+        return min((h.link for h in hops), key=lambda link: link.bandwidth, default=None)

@@ -1,0 +1,76 @@
+"""The policy interface, its registry and :func:`plan`, the one way to build a Plan."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+from hwmodels.cost import CostModel, make_cost_model
+from hwmodels.spec import Cluster
+from policies.plans import Placement, Plan, order_by_priority
+from workloads.errors import PlacementError
+from workloads.graph import Graph
+from workloads.registry import Registry
+
+__all__ = ["POLICIES", "PlacementPolicy", "make_policy", "plan", "register_policy"]
+
+
+class PlacementPolicy(ABC):
+    """Decides which device runs each op (and optionally in which order).
+
+    One method is required: :meth:`place`. Policies propose; the simulator and the runtime
+    apply. A randomised policy takes ``seed`` in its constructor.
+    """
+
+    name: ClassVar[str] = ""
+
+    @abstractmethod
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        """Propose a placement of every op of ``graph`` on devices of ``cluster``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+POLICIES: Registry[type[PlacementPolicy]] = Registry("policy", "placelab.policies")
+
+
+def register_policy(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
+    """Class decorator: register ``cls`` under ``cls.name`` (a duplicate is an error)."""
+    POLICIES.register(cls.name, cls)
+    return cls
+
+
+def make_policy(name: str) -> PlacementPolicy:
+    """A registered policy with its default parameters."""
+    return POLICIES.get(name)()
+
+
+def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
+         cost: CostModel | str = "roofline") -> Plan:
+    """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
+
+    >>> from hwmodels import get_cluster
+    >>> from workloads import build_model
+    >>> p = plan(build_model("resnet50"), get_cluster("quad-v100-nvlink"), "heft")
+    >>> sorted(set(p.placement.values())) <= ["gpu0", "gpu1", "gpu2", "gpu3"]
+    True
+    """
+    policy = make_policy(policy) if isinstance(policy, str) else policy
+    cost = make_cost_model(cost, cluster) if isinstance(cost, str) else cost
+    if cost.cluster is not cluster and cost.cluster != cluster:
+        raise PlacementError(f"plan: cost model is bound to cluster {cost.cluster.name!r}, "
+                             f"expected {cluster.name!r}")
+    start = time.perf_counter()
+    proposal = policy.place(graph, cluster, cost)
+    elapsed = time.perf_counter() - start
+    for name in graph.topological_order():
+        if name not in proposal.devices:
+            raise PlacementError(f"policy {policy.name!r} left op {name!r} unplaced")
+    order = proposal.order
+    if order is None:
+        order = order_by_priority(graph, proposal.devices, proposal.priority)
+    result = Plan(graph, proposal.devices, order, policy=policy.name,
+                  priority=proposal.priority, placement_s=elapsed)
+    return result.validate(cluster)

@@ -1,0 +1,233 @@
+"""The :class:`Plan`: what a policy decided, in the form both executors take.
+
+A plan holds the graph, the device of every op, the order of ops on each device and the
+transfers that cross devices. It is validated on construction (every op placed once, each
+device order consistent with the dependencies, no cross-device deadlock) and against a
+cluster with :meth:`Plan.validate`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import networkx as nx
+
+from hwmodels.spec import Cluster
+from workloads.errors import PlacementError
+from workloads.graph import Graph
+
+__all__ = ["Placement", "Plan", "Transfer", "order_by_priority"]
+
+FORMAT = "placelab.plan"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One tensor copied from the producer's device to a consumer's device.
+
+    A tensor read by several ops on one remote device crosses once.
+    """
+
+    name: str
+    tensor: str
+    nbytes: int
+    src: str
+    dst: str
+    producer: str
+    consumers: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "tensor": self.tensor, "nbytes": self.nbytes,
+                "src": self.src, "dst": self.dst, "producer": self.producer,
+                "consumers": list(self.consumers)}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What a policy proposes: op -> device, and optionally an order and priorities.
+
+    Without ``order``, :func:`policies.plan` orders each device by ``priority`` (higher
+    first) within a topological order.
+    """
+
+    devices: Mapping[str, str]
+    order: Mapping[str, Sequence[str]] | None = None
+    priority: Mapping[str, float] | None = None
+
+
+def order_by_priority(graph: Graph, devices: Mapping[str, str],
+                      priority: Mapping[str, float] | None = None) -> dict[str, tuple[str, ...]]:
+    """Per-device orders drawn from one topological order that prefers high priority.
+
+    Every device order is a restriction of the same global order, so no deadlock can arise.
+    """
+    if priority is None:
+        ranked = graph.topological_order()
+    else:
+        index = {name: i for i, name in enumerate(graph.topological_order())}
+        ranked = tuple(nx.lexicographical_topological_sort(
+            graph.to_networkx(), key=lambda n: (-priority.get(n, 0.0), index[n])))
+    order: dict[str, list[str]] = {}
+    for name in ranked:
+        order.setdefault(devices[name], []).append(name)
+    return {d: tuple(ops) for d, ops in order.items()}
+
+
+class Plan:
+    """A validated placement and schedule of ``graph``.
+
+    >>> from policies import plan
+    >>> from hwmodels import get_cluster
+    >>> from workloads import build_model
+    >>> p = plan(build_model("mlp"), get_cluster("workstation"), "round_robin")
+    >>> Plan.from_json(p.to_json()) == p
+    True
+    """
+
+    def __init__(self, graph: Graph, placement: Mapping[str, str],
+                 order: Mapping[str, Sequence[str]], *, policy: str = "",
+                 priority: Mapping[str, float] | None = None,
+                 placement_s: float = 0.0) -> None:
+        self.graph = graph
+        self.placement: dict[str, str] = {op.name: placement.get(op.name, "") for op in graph}
+        self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
+        self.policy = policy
+        self.priority: dict[str, float] = dict(priority or {})
+        self.placement_s = placement_s
+        self._check_placed(placement)
+        self._check_order()
+        self.transfers: tuple[Transfer, ...] = self._derive_transfers()
+
+    # -- validation ---------------------------------------------------------------------
+
+    def _check_placed(self, placement: Mapping[str, str]) -> None:
+        for name, device in self.placement.items():
+            if not device:
+                raise PlacementError(f"plan: op {name!r} is placed on no device")
+        extra = [name for name in placement if name not in self.graph]
+        if extra:
+            raise PlacementError(f"plan: op {extra[0]!r} is placed on device "
+                                 f"{placement[extra[0]]!r} but is not in graph "
+                                 f"{self.graph.name!r}")
+
+    def _check_order(self) -> None:
+        position: dict[str, int] = {}
+        for device, ops in self.order.items():
+            for i, name in enumerate(ops):
+                where = self.placement.get(name)
+                if where is None:
+                    raise PlacementError(f"plan: device {device!r} orders op {name!r}, "
+                                         f"which is not in graph {self.graph.name!r}")
+                if where != device:
+                    raise PlacementError(f"plan: op {name!r} is placed on device {where!r} "
+                                         f"but ordered on device {device!r}")
+                if name in position:
+                    raise PlacementError(f"plan: op {name!r} appears twice in the order of "
+                                         f"device {device!r}")
+                position[name] = i
+        for name, device in self.placement.items():
+            if name not in position:
+                raise PlacementError(f"plan: op {name!r} on device {device!r} is missing "
+                                     f"from that device's order")
+        for edge in self.graph.edges():
+            device = self.placement[edge.dst]
+            if self.placement[edge.src] == device and position[edge.src] > position[edge.dst]:
+                raise PlacementError(
+                    f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
+                    f"producer {edge.src!r}")
+        self._check_deadlock()
+
+    def _check_deadlock(self) -> None:
+        g = self.graph.to_networkx()
+        for ops in self.order.values():
+            g.add_edges_from(itertools.pairwise(ops))
+        if not nx.is_directed_acyclic_graph(g):
+            cycle = [u for u, _ in nx.find_cycle(g)]
+            raise PlacementError(
+                "plan: the device orders deadlock; op "
+                f"{cycle[0]!r} on device {self.placement[cycle[0]]!r} waits on a cycle "
+                f"through {', '.join(repr(c) for c in cycle)}")
+
+    def validate(self, cluster: Cluster) -> Plan:
+        """Check every device of the plan exists in ``cluster``; return the plan."""
+        names = set(cluster.device_names)
+        for name, device in self.placement.items():
+            if device not in names:
+                raise PlacementError(
+                    f"plan: op {name!r} is placed on device {device!r}, which cluster "
+                    f"{cluster.name!r} lacks; it has {', '.join(cluster.device_names)}")
+        return self
+
+    def _derive_transfers(self) -> tuple[Transfer, ...]:
+        by_key: dict[tuple[str, str], list[str]] = {}
+        for edge in self.graph.edges():
+            src, dst = self.placement[edge.src], self.placement[edge.dst]
+            if src != dst:
+                by_key.setdefault((edge.tensor.name, dst), []).append(edge.dst)
+        transfers = []
+        for (tensor_name, dst), consumers in by_key.items():
+            tensor = self.graph.tensor(tensor_name)
+            producer = self.graph.producer(tensor_name)
+            transfers.append(Transfer(
+                name=f"{tensor_name}->{dst}", tensor=tensor_name, nbytes=tensor.nbytes,
+                src=self.placement[producer], dst=dst, producer=producer,
+                consumers=tuple(consumers)))
+        return tuple(transfers)
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """Devices that run at least one op, in order of first use."""
+        return tuple(self.order)
+
+    @property
+    def transfer_bytes(self) -> int:
+        return sum(t.nbytes for t in self.transfers)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return (self.graph == other.graph and self.placement == other.placement
+                and self.order == other.order and self.priority == other.priority
+                and self.policy == other.policy)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (f"Plan(graph={self.graph.name!r}, policy={self.policy!r}, "
+                f"devices={len(self.order)}, transfers={len(self.transfers)})")
+
+    # -- serialisation ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT, "version": VERSION, "policy": self.policy,
+            "placement_s": self.placement_s, "graph": self.graph.to_dict(),
+            "placement": self.placement, "order": {d: list(o) for d, o in self.order.items()},
+            "priority": self.priority, "transfers": [t.to_dict() for t in self.transfers],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        if data.get("format") != FORMAT or data.get("version") != VERSION:
+            raise PlacementError(f"plan: format must be {FORMAT!r} version {VERSION}, got "
+                                 f"{data.get('format')!r} version {data.get('version')!r}")
+        return cls(Graph.from_dict(data["graph"]), data["placement"], data["order"],
+                   policy=data.get("policy", ""), priority=data.get("priority") or None,
+                   placement_s=data.get("placement_s", 0.0))
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Plan:
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise PlacementError(f"plan: expected JSON, got a parse error: {err}") from err

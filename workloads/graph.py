@@ -1,0 +1,396 @@
+"""The common IR: :class:`Tensor`, :class:`Op` and the validated DAG :class:`Graph`.
+
+Op costs are facts of the op (FLOPs, bytes moved, parameter and workspace bytes), never of a
+device: hardware models turn them into times.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from workloads.errors import GraphError
+
+__all__ = ["DTYPE_BYTES", "OP_CLASSES", "Edge", "Graph", "Op", "Tensor", "dtype_bytes"]
+
+FORMAT = "placelab.graph"
+VERSION = 1
+
+#: Size of one element of each supported dtype, in bytes.
+DTYPE_BYTES: dict[str, int] = {
+    "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1,
+    "int64": 8, "int32": 4, "int8": 1, "bool": 1,
+}
+
+#: Op classes a cost model distinguishes. ``source`` ops (graph inputs) do no work.
+OP_CLASSES: tuple[str, ...] = (
+    "source", "matmul", "conv", "elementwise", "reduction", "data_movement",
+)
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of ``dtype``.
+
+    >>> dtype_bytes("bf16")
+    2
+    """
+    try:
+        return DTYPE_BYTES[dtype]
+    except KeyError:
+        raise GraphError(
+            f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}"
+        ) from None
+
+
+def _freeze(value: Any) -> Any:
+    """Lists become tuples so that attrs compare equal after a JSON round trip."""
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _freeze(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A value flowing along an edge: its name, shape and element type.
+
+    >>> Tensor("x", (2, 3), "fp16").nbytes
+    12
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "fp32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
+            raise GraphError(
+                f"tensor {self.name!r}: shape must be positive integers, got {self.shape}"
+            )
+        dtype_bytes(self.dtype)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Tensor:
+        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "fp32"))
+
+
+_COST_FIELDS = ("flops", "bytes_read", "bytes_written", "params", "param_bytes",
+                "workspace_bytes")
+
+
+@dataclass(frozen=True, eq=True)
+class Op:
+    """One operation: what it consumes and produces and what it costs, device-free.
+
+    ``params`` counts trainable parameters; ``param_bytes`` is all state resident with the
+    op (parameters and buffers such as batch-norm running statistics).
+
+    >>> op = Op("relu1", "relu", "elementwise", inputs=("x",),
+    ...         outputs=(Tensor("relu1", (4,)),), flops=4, bytes_read=16, bytes_written=16)
+    >>> op.output.nbytes
+    16
+    """
+
+    name: str
+    kind: str
+    op_class: str
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[Tensor, ...] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    params: int = 0
+    param_bytes: int = 0
+    workspace_bytes: int = 0
+
+    __hash__ = None  # type: ignore[assignment]  # attrs is a dict: ops are not hashable
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", _freeze(dict(self.attrs)))
+        if not self.name:
+            raise GraphError("op: name must be a non-empty string, got ''")
+        if not self.kind:
+            raise GraphError(f"op {self.name!r}: kind must be a non-empty string, got ''")
+        if self.op_class not in OP_CLASSES:
+            raise GraphError(
+                f"op {self.name!r}: op_class must be one of {', '.join(OP_CLASSES)}, "
+                f"got {self.op_class!r}"
+            )
+        for name in _COST_FIELDS:
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or value < 0:
+                raise GraphError(f"op {self.name!r}: {name} must be >= 0, got {value!r}")
+
+    @property
+    def output(self) -> Tensor:
+        """The single output tensor (error if the op has several or none)."""
+        if len(self.outputs) != 1:
+            raise GraphError(
+                f"op {self.name!r}: expected exactly one output, got {len(self.outputs)}"
+            )
+        return self.outputs[0]
+
+    @property
+    def dtype(self) -> str:
+        """The compute dtype: that of the first output (fp32 for ops without outputs)."""
+        return self.outputs[0].dtype if self.outputs else "fp32"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name, "kind": self.kind, "op_class": self.op_class,
+            "inputs": list(self.inputs), "outputs": [t.to_dict() for t in self.outputs],
+            "attrs": _jsonable(self.attrs),
+        }
+        data.update({name: getattr(self, name) for name in _COST_FIELDS})
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Op:
+        try:
+            return cls(
+                name=data["name"], kind=data["kind"], op_class=data["op_class"],
+                inputs=tuple(data.get("inputs", ())),
+                outputs=tuple(Tensor.from_dict(t) for t in data.get("outputs", ())),
+                attrs=data.get("attrs", {}),
+                **{name: data.get(name, 0) for name in _COST_FIELDS},
+            )
+        except KeyError as err:
+            raise GraphError(f"op {data.get('name', '?')!r}: missing field {err}") from err
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class Edge:
+    """A data dependency: ``tensor`` flows from op ``src`` to op ``dst``."""
+
+    src: str
+    dst: str
+    tensor: Tensor
+
+
+class Graph:
+    """A validated DAG of ops; edges are implied by the tensors ops consume.
+
+    Validation on construction: op and tensor names unique, every input produced by some op,
+    no cycle. The op order given is kept; :meth:`topological_order` is deterministic.
+
+    >>> from workloads.zoo import build_model
+    >>> g = build_model("mlp", batch=8)
+    >>> Graph.from_json(g.to_json()) == g
+    True
+    """
+
+    def __init__(self, name: str, ops: Iterable[Op]) -> None:
+        self.name = name
+        self._ops: dict[str, Op] = {}
+        self._producer: dict[str, str] = {}
+        self._tensors: dict[str, Tensor] = {}
+        for op in ops:
+            self._add(op)
+        self._consumers: dict[str, list[str]] = {t: [] for t in self._tensors}
+        for op in self._ops.values():
+            for tensor in op.inputs:
+                if tensor not in self._producer:
+                    raise GraphError(
+                        f"op {op.name!r}: input tensor {tensor!r} is produced by no op"
+                    )
+                if op.name not in self._consumers[tensor]:
+                    self._consumers[tensor].append(op.name)
+        self._nx = self._build_nx()
+        self._check_acyclic()
+        self._topo: tuple[str, ...] = tuple(
+            nx.lexicographical_topological_sort(self._nx, key=self._index.__getitem__)
+        )
+
+    def _add(self, op: Op) -> None:
+        if op.name in self._ops:
+            raise GraphError(f"graph {self.name!r}: duplicate op name {op.name!r}")
+        self._ops[op.name] = op
+        for tensor in op.outputs:
+            if tensor.name in self._tensors:
+                raise GraphError(
+                    f"op {op.name!r}: output tensor name {tensor.name!r} is already "
+                    f"produced by op {self._producer[tensor.name]!r}"
+                )
+            self._tensors[tensor.name] = tensor
+            self._producer[tensor.name] = op.name
+
+    def _build_nx(self) -> nx.DiGraph:
+        self._index = {name: i for i, name in enumerate(self._ops)}
+        g = nx.DiGraph(name=self.name)
+        g.add_nodes_from(self._ops)
+        for edge in self.edges():
+            if g.has_edge(edge.src, edge.dst):
+                data = g.edges[edge.src, edge.dst]
+                data["tensors"].append(edge.tensor.name)
+                data["bytes"] += edge.tensor.nbytes
+            else:
+                g.add_edge(edge.src, edge.dst, tensors=[edge.tensor.name],
+                           bytes=edge.tensor.nbytes)
+        return g
+
+    def _check_acyclic(self) -> None:
+        if nx.is_directed_acyclic_graph(self._nx):
+            return
+        cycle = [u for u, _ in nx.find_cycle(self._nx)]
+        raise GraphError(
+            f"graph {self.name!r}: ops must form a DAG, got a cycle through "
+            f"{' -> '.join(repr(c) for c in cycle + cycle[:1])}"
+        )
+
+    # -- queries ------------------------------------------------------------------------
+
+    @property
+    def ops(self) -> tuple[Op, ...]:
+        return tuple(self._ops.values())
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self._ops.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Graph):
+            return NotImplemented
+        return self.name == other.name and self.ops == other.ops
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Graph({self.name!r}, ops={len(self)})"
+
+    def op(self, name: str) -> Op:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r}: no op named {name!r}") from None
+
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self._tensors[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r}: no tensor named {name!r}") from None
+
+    def producer(self, tensor: str) -> str:
+        """Name of the op that produces ``tensor``."""
+        return self._producer[tensor]
+
+    def consumers(self, tensor: str) -> tuple[str, ...]:
+        """Names of the ops that read ``tensor``, in graph order."""
+        return tuple(self._consumers[tensor])
+
+    def edges(self) -> Iterator[Edge]:
+        """Every (producer, consumer, tensor) triple, in graph order."""
+        for op in self._ops.values():
+            seen: set[str] = set()
+            for name in op.inputs:
+                if name not in seen:
+                    seen.add(name)
+                    yield Edge(self._producer[name], op.name, self._tensors[name])
+
+    def predecessors(self, name: str) -> tuple[str, ...]:
+        return tuple(sorted(self._nx.predecessors(name), key=self._index.__getitem__))
+
+    def successors(self, name: str) -> tuple[str, ...]:
+        return tuple(sorted(self._nx.successors(name), key=self._index.__getitem__))
+
+    def topological_order(self) -> tuple[str, ...]:
+        """Op names in a dependency-respecting order; ties keep the graph's op order."""
+        return self._topo
+
+    def to_networkx(self) -> nx.DiGraph:
+        """A copy of the op DAG; edges carry ``tensors`` (names) and ``bytes``."""
+        return self._nx.copy()
+
+    # -- totals -------------------------------------------------------------------------
+
+    @property
+    def flops(self) -> int:
+        return sum(op.flops for op in self._ops.values())
+
+    @property
+    def params(self) -> int:
+        return sum(op.params for op in self._ops.values())
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(op.param_bytes for op in self._ops.values())
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes of every tensor produced, as if none were ever freed."""
+        return sum(t.nbytes for t in self._tensors.values())
+
+    @property
+    def bytes(self) -> int:
+        """Bytes read and written by all ops."""
+        return sum(op.bytes_read + op.bytes_written for op in self._ops.values())
+
+    def summary(self) -> dict[str, Any]:
+        """The figures ``placelab model show`` prints."""
+        return {
+            "name": self.name, "ops": len(self), "params": self.params,
+            "flops": self.flops, "bytes": self.bytes,
+            "param_bytes": self.param_bytes, "activation_bytes": self.activation_bytes,
+        }
+
+    # -- serialisation ------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "name": self.name,
+                "ops": [op.to_dict() for op in self._ops.values()]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Graph:
+        if data.get("format") != FORMAT:
+            raise GraphError(
+                f"graph: format must be {FORMAT!r}, got {data.get('format')!r}"
+            )
+        if data.get("version") != VERSION:
+            raise GraphError(f"graph: version must be {VERSION}, got {data.get('version')!r}")
+        return cls(data.get("name", "graph"), (Op.from_dict(o) for o in data["ops"]))
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_json(cls, text: str) -> Graph:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise GraphError(f"graph: expected JSON, got a parse error: {err}") from err
+        if not isinstance(data, dict):
+            raise GraphError(f"graph: expected a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
