@@ -77,12 +77,12 @@ class _Reader:
 _NUM = (int, float)
 
 
-def _spec_error(where: str, make: Callable[[], Any]) -> Any:
+def _spec_error(src: str, make: Callable[[], Any]) -> Any:
     """Build a spec, prefixing its own validation errors with the file."""
     try:
         return make()
     except HardwareSpecError as err:
-        raise HardwareSpecError(f"{where.split(': ')[0]}: {err}") from err
+        raise HardwareSpecError(f"{src}: {err}") from err
 
 
 def _device(src: str, table: Any) -> Device:
@@ -93,7 +93,7 @@ def _device(src: str, table: Any) -> Device:
         if isinstance(value, bool) or not isinstance(value, _NUM) or value <= 0:
             raise HardwareSpecError(f"{r.where}: peak_tflops.{dtype} must be > 0, "
                                     f"got {value!r}")
-    return _spec_error(src + ": ", lambda: Device(
+    fields = dict(
         name=r.get("name", kind=str), kind=r.get("kind", kind=str),
         description=r.get("description", "", kind=str),
         peak={k: v * TERA for k, v in peak.items()},
@@ -103,17 +103,19 @@ def _device(src: str, table: Any) -> Device:
         compute_streams=r.get("compute_streams", 1, kind=int),
         copy_engines=r.get("copy_engines", 1, kind=int),
         efficiency=r.get("efficiency", {}, kind=dict),
-    ))
+    )
+    return _spec_error(src, lambda: Device(**fields))
 
 
 def _link(where: str, table: Any) -> Link:
     r = _Reader(where, table, _LINK_KEYS)
-    return Link(
+    fields = dict(
         a=r.get("a", kind=str), b=r.get("b", kind=str), name=r.get("name", "", kind=str),
         bandwidth=r.get("bandwidth_gbps", kind=_NUM, positive=True) * GB,
         latency_s=r.get("latency_us", 0.0, kind=_NUM, nonneg=True) * MICRO,
         duplex=r.get("duplex", "full", kind=str),
     )
+    return _spec_error(where, lambda: Link(**fields))
 
 
 def _cluster(src: str, table: Any, models: Callable[[str], Device]) -> Cluster:
@@ -127,12 +129,14 @@ def _cluster(src: str, table: Any, models: Callable[[str], Device]) -> Cluster:
         devices.append(model.instance(s.get("name", kind=str)))
         if "host" in slot:
             hosts[devices[-1].name] = s.get("host", kind=str)
-    links = [_link(f"{where}: link[{i}]", t) for i, t in enumerate(r.get("link", [], kind=list))]
-    return _spec_error(src + ": ", lambda: Cluster(
+    links = [_link(f"{where}: link[{i}]", t)
+             for i, t in enumerate(r.get("link", [], kind=list))]
+    fields = dict(
         name=r.get("name", kind=str), description=r.get("description", "", kind=str),
         devices=tuple(devices), links=tuple(links),
         switches=tuple(r.get("switches", [], kind=list)), hosts=hosts,
-    ))
+    )
+    return _spec_error(src, lambda: Cluster(**fields))
 
 
 def loads(text: str, *, source: str = "<string>",

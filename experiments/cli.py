@@ -1,0 +1,215 @@
+"""The ``placelab`` command line. Every command with ``--json`` prints one JSON object.
+
+Bad input (an unknown name, a malformed file, a bad flag) prints one line on stderr and exits
+with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from hwmodels.cost import make_cost_model
+from hwmodels.registry import get_cluster, list_clusters, list_devices
+from policies.base import POLICIES, plan
+from sim.engine import simulate
+from workloads.errors import PlacelabError
+from workloads.graph import Graph
+from workloads.zoo import build_model, list_models
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports misuse in one line and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"placelab: error: {message} (see --help)\n")
+        raise SystemExit(2)
+
+
+def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    print(json.dumps(data, default=_json_default) if args.json else text)
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def _cmd_list(args: argparse.Namespace) -> None:
+    listing: dict[str, Callable[[], list[str]]] = {
+        "models": list_models, "devices": list_devices, "clusters": list_clusters,
+        "policies": POLICIES.names,
+    }
+    items = listing[args.what]()
+    _emit(args, {args.what: items}, "\n".join(items))
+
+
+def _load_graph(args: argparse.Namespace) -> Graph:
+    if getattr(args, "graph", None):
+        path = Path(args.graph)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as err:
+            raise PlacelabError(f"graph file {str(path)!r}: cannot read it: "
+                                f"{err.strerror}") from err
+        return Graph.from_json(text)
+    return build_model(args.model, batch=args.batch)
+
+
+def _cmd_model_show(args: argparse.Namespace) -> None:
+    summary = build_model(args.name, batch=args.batch).summary()
+    summary["batch"] = args.batch
+    text = "\n".join(f"{k:>17}: {v:,}" if isinstance(v, int) else f"{k:>17}: {v}"
+                     for k, v in summary.items())
+    _emit(args, summary, text)
+
+
+def _cmd_simulate(args: argparse.Namespace) -> None:
+    if not args.model and not args.graph:
+        raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
+    graph = _load_graph(args)
+    cluster = get_cluster(args.cluster)
+    POLICIES.get(args.policy)
+    cost = make_cost_model(args.cost, cluster)
+    p = plan(graph, cluster, args.policy, cost)
+    result = simulate(p, cluster, cost)
+    if args.trace:
+        result.write_chrome_trace(args.trace)
+    data = {"model": graph.name, "batch": args.batch if not args.graph else None,
+            "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
+            "placement_s": p.placement_s, **result.summary()}
+    lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
+             f"  makespan     {result.makespan_s * 1e3:.3f} ms",
+             f"  feasible     {result.feasible}" + (f" ({result.reason})" if result.reason
+                                                     else ""),
+             f"  transfers    {result.transfer_bytes / 1e6:.1f} MB",
+             f"  placement    {p.placement_s * 1e3:.1f} ms of policy time"]
+    for d in cluster.device_names:
+        lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
+                     f"{result.peak_memory_bytes[d] / 1e9:7.3f} GB")
+    if args.trace:
+        lines.append(f"  trace        {args.trace}")
+    _emit(args, data, "\n".join(lines))
+
+
+def _cmd_compare(args: argparse.Namespace) -> None:
+    from experiments.compare import compare
+    from experiments.results import format_table, plot_compare, write_results
+
+    policies = "all" if args.policies == "all" else _split(args.policies)
+    df = compare(_split(args.model), _split(args.cluster), policies, batch=args.batch,
+                 cost=args.cost)
+    if args.out:
+        write_results(df, args.out)
+    if args.plot:
+        plot_compare(df, args.plot)
+    data = {"rows": df.to_dict(orient="records"), "out": args.out, "plot": args.plot}
+    text = format_table(df) + "".join(
+        f"\n{what}: {path}" for what, path in (("results", args.out), ("plot", args.plot))
+        if path)
+    _emit(args, data, text)
+
+
+def _cmd_demo(args: argparse.Namespace) -> None:
+    from experiments.demo import run_demo
+
+    report = run_demo(Path(args.out), echo=None if args.json else print)
+    if args.json:
+        print(json.dumps(report, default=_json_default))
+
+
+# -- parser ---------------------------------------------------------------------------------
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="placelab", description="Place deep-learning graphs on hardware, "
+                     "simulate the plans, compare the policies.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("list", help="list models, devices, clusters or policies")
+    p.add_argument("what", choices=("models", "devices", "clusters", "policies"))
+    _add_json(p)
+    p.set_defaults(func=_cmd_list)
+
+    model = sub.add_parser("model", help="inspect zoo models")
+    msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
+    p = msub.add_parser("show", help="ops, parameters, FLOPs and bytes of a zoo model")
+    p.add_argument("name")
+    p.add_argument("--batch", type=_positive_int, default=1)
+    _add_json(p)
+    p.set_defaults(func=_cmd_model_show)
+
+    p = sub.add_parser("simulate", help="place one graph with one policy and simulate it")
+    p.add_argument("--model", help="zoo model name")
+    p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--policy", required=True)
+    p.add_argument("--cost", default="roofline", help="cost model (default: roofline)")
+    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--trace", help="write a Chrome-trace JSON here")
+    _add_json(p)
+    p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("compare", help="compare policies on models and clusters")
+    p.add_argument("--model", required=True, help="zoo model name(s), comma-separated")
+    p.add_argument("--cluster", required=True, help="cluster name(s), comma-separated")
+    p.add_argument("--policies", default="all", help="comma-separated names, or all")
+    p.add_argument("--cost", default="roofline")
+    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--out", help="results table (.parquet, or .csv)")
+    p.add_argument("--plot", help="bar chart (.png or .svg)")
+    _add_json(p)
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
+    p.add_argument("--out", default="placelab-demo", help="output folder")
+    _add_json(p)
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``placelab`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.func(args)
+    except PlacelabError as err:
+        sys.stderr.write(f"placelab: error: {err}\n")
+        return 2
+    except OSError as err:
+        where = f" {err.filename!r}" if err.filename else ""
+        sys.stderr.write(f"placelab: error: cannot write or read{where}: {err.strerror}\n")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,109 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from experiments.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("argv", "bad", "valid"), [
+    (["simulate", "--model", "resnet5", "--cluster", "workstation", "--policy", "heft"],
+     "model 'resnet5'", "resnet50"),
+    (["simulate", "--model", "mlp", "--cluster", "dgx-9", "--policy", "heft"],
+     "cluster 'dgx-9'", "workstation"),
+    (["simulate", "--model", "mlp", "--cluster", "workstation", "--policy", "hefty"],
+     "policy 'hefty'", "round_robin"),
+    (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft,nope"],
+     "policy 'nope'", "single_device"),
+])
+def test_unknown_names_exit_2_with_one_line(capsys, argv, bad, valid) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert bad in err and valid in err and "Traceback" not in err
+
+
+def test_console_script_prints_no_traceback_on_bad_input() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.cli", "model", "show", "alexnett"],
+        capture_output=True, text=True, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("placelab: error: unknown model 'alexnett'; expected one of")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_bad_flag_value_is_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["model", "show", "mlp", "--batch", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "expected an integer >= 1, got 0" in err
+
+
+def test_model_show_json(capsys) -> None:
+    code, out, _ = run(capsys, "model", "show", "resnet50", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert {"name", "ops", "params", "flops", "bytes"} <= set(data)
+    assert data["params"] == 25_557_032
+
+
+def test_simulate_json_keys_and_trace(capsys, tmp_path) -> None:
+    trace = tmp_path / "t.json"
+    code, out, _ = run(capsys, "simulate", "--model", "resnet50", "--cluster",
+                       "quad-v100-nvlink", "--policy", "heft", "--batch", "8", "--json",
+                       "--trace", str(trace))
+    data = json.loads(out)
+    assert code == 0
+    assert {"model", "cluster", "policy", "makespan_s", "feasible", "reason", "placement_s",
+            "peak_memory_bytes", "utilization", "transfer_bytes"} <= set(data)
+    assert data["feasible"] and 1e-3 < data["makespan_s"] < 1.0
+    assert set(data["peak_memory_bytes"]) == {"gpu0", "gpu1", "gpu2", "gpu3"}
+    assert json.loads(trace.read_text())["traceEvents"]
+
+
+def test_simulate_from_a_graph_file(capsys, tmp_path) -> None:
+    from workloads import build_model
+    path = tmp_path / "g.json"
+    path.write_text(build_model("lenet5", batch=4).to_json())
+    code, out, _ = run(capsys, "simulate", "--graph", str(path), "--cluster", "workstation",
+                       "--policy", "single_device", "--json")
+    assert code == 0 and json.loads(out)["model"] == "lenet5"
+    path.write_text("{broken")
+    code, _, err = run(capsys, "simulate", "--graph", str(path), "--cluster", "workstation",
+                       "--policy", "heft")
+    assert code == 2 and "graph: expected JSON" in err
+
+
+def test_compare_all_writes_parquet_and_png(capsys, tmp_path) -> None:
+    out, plot = tmp_path / "r.parquet", tmp_path / "r.png"
+    code, text, _ = run(capsys, "compare", "--model", "mlp", "--cluster", "workstation",
+                        "--policies", "all", "--out", str(out), "--plot", str(plot))
+    assert code == 0 and "single_device" in text
+    df = pd.read_parquet(out)
+    assert set(df["policy"]) >= {"heft", "round_robin", "single_device"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_list_json(capsys) -> None:
+    code, out, _ = run(capsys, "list", "policies", "--json")
+    assert code == 0 and "heft" in json.loads(out)["policies"]
+
+
+def test_demo_writes_its_outputs(capsys, tmp_path) -> None:
+    code, out, _ = run(capsys, "demo", "--out", str(tmp_path), "--json")
+    report = json.loads(out)
+    assert code == 0
+    assert (tmp_path / "results.parquet").exists() and (tmp_path / "compare.png").exists()
+    assert report["best_policy"] in {r["policy"] for r in report["rows"]}

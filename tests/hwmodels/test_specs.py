@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import itertools
+from importlib import resources
+
+import networkx as nx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import (
+    Cluster,
+    Device,
+    Link,
+    RooflineCost,
+    dumps,
+    get_cluster,
+    get_device,
+    list_clusters,
+    list_devices,
+    loads,
+    register_device,
+)
+from tests.helpers import toy_cluster, toy_device
+from workloads import HardwareSpecError, Op, Tensor
+
+TOY = """
+[[device]]
+name = "toy-npu"
+kind = "npu"
+memory_gib = {memory}
+memory_bandwidth_gbps = 800
+peak_tflops = {{ bf16 = 200 }}
+"""
+
+
+def test_catalog_has_the_promised_hardware() -> None:
+    assert {"xeon-8380", "v100-sxm2-32gb", "a100-sxm4-80gb", "l4"} <= set(list_devices())
+    assert {"workstation", "quad-v100-nvlink"} <= set(list_clusters())
+    ws = get_cluster("workstation")
+    assert [d.kind for d in ws.devices] == ["cpu", "gpu"]
+    assert get_device("v100-sxm2-32gb").peak_flops("fp32") == 15.7e12
+
+
+@pytest.mark.parametrize("name", ["devices.toml", "clusters.toml"])
+def test_catalog_files_round_trip(name: str) -> None:
+    text = (resources.files("hwmodels") / "catalog" / name).read_text()
+    first = loads(text, source=name, known_models=get_device)
+    again = loads(dumps(list(first.devices.values()), list(first.clusters.values())),
+                  known_models=get_device)
+    assert again.devices == first.devices
+    assert again.clusters == first.clusters
+
+
+def test_bad_field_names_file_entry_field_and_value() -> None:
+    with pytest.raises(HardwareSpecError,
+                       match=r"^my.toml: device 'toy-npu': memory_gib must be > 0, got -4$"):
+        loads(TOY.format(memory=-4), source="my.toml")
+    with pytest.raises(HardwareSpecError, match=r"device 'toy-npu': missing field 'kind'"):
+        loads(TOY.format(memory=4).replace('kind = "npu"\n', ""), source="my.toml")
+    with pytest.raises(HardwareSpecError, match=r"peak dtype must be one of .* got 'fp9'"):
+        loads(TOY.format(memory=4).replace("bf16", "fp9"), source="my.toml")
+    with pytest.raises(HardwareSpecError, match=r"unknown field 'memroy_gib'"):
+        loads(TOY.format(memory=4).replace("memory_gib", "memroy_gib"), source="my.toml")
+
+
+def test_cluster_errors() -> None:
+    d = (toy_device("a"), toy_device("b"), toy_device("c"))
+    with pytest.raises(HardwareSpecError, match=r"link 'a<->z' joins 'z', which is not"):
+        Cluster("c", d, (Link("a", "z", 1e9),))
+    with pytest.raises(HardwareSpecError, match=r"must be connected, got separate parts"):
+        Cluster("c", d, (Link("a", "b", 1e9),))
+    with pytest.raises(HardwareSpecError, match=r"link 'l': bandwidth must be > 0, got 0"):
+        Link("a", "b", 0, name="l")
+
+
+def test_duplicate_device_registration_is_refused() -> None:
+    with pytest.raises(HardwareSpecError, match="device 'l4' is already registered"):
+        register_device(get_device("l4"))
+
+
+def test_roofline_closed_form() -> None:
+    d = Device("r", "gpu", peak={"fp32": 1e12}, memory_bytes=2**30, memory_bandwidth=1e11,
+               launch_overhead_s=1e-6, efficiency={"matmul": 0.5, "elementwise": 0.8})
+    cost = RooflineCost(Cluster("one", (d,)))
+    mm = Op("mm", "matmul", "matmul", outputs=(Tensor("mm", (4,)),), flops=10**9,
+            bytes_read=10**6)
+    ew = Op("ew", "relu", "elementwise", outputs=(Tensor("ew", (4,)),), flops=10,
+            bytes_read=4 * 10**8, bytes_written=4 * 10**8)
+    assert cost.op_time(mm, "r") == pytest.approx(1e-6 + 1e9 / (1e12 * 0.5))
+    assert cost.op_time(ew, "r") == pytest.approx(1e-6 + 8e8 / (1e11 * 0.8))
+
+
+def test_efficiency_table_picks_the_row_for_the_size() -> None:
+    d = Device("t", "gpu", peak={"fp32": 1e12}, memory_bytes=1, memory_bandwidth=1,
+               efficiency={"matmul": [[0, 0.1], [1e6, 0.5], [1e9, 0.9]]})
+    assert [d.efficiency_for("matmul", s) for s in (0, 5e5, 1e6, 1e12)] == [
+        0.1, 0.1, 0.5, 0.9]
+
+
+def test_transfer_over_two_hops_sums_latency_at_the_bottleneck() -> None:
+    devices = tuple(toy_device(n) for n in "abc")
+    c = Cluster("c", devices, (Link("a", "b", 4e9, 2e-6), Link("b", "c", 1e9, 3e-6)))
+    assert RooflineCost(c).transfer_time(10**9, "a", "c") == pytest.approx(5e-6 + 1.0)
+    assert c.slowest_link("a", "c").b == "c"
+
+
+def test_route_prefers_least_latency() -> None:
+    devices = tuple(toy_device(n) for n in "abc")
+    c = Cluster("tri", devices, (Link("a", "c", 1e9, 10e-6), Link("a", "b", 1e9, 1e-6),
+                                 Link("b", "c", 1e9, 1e-6)))
+    assert [h.dst for h in c.route("a", "c")] == ["b", "c"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 8), st.randoms(use_true_random=False))
+def test_routes_on_random_trees_are_contiguous_paths(n: int, rnd) -> None:
+    tree = nx.random_labeled_tree(n, seed=rnd.randint(0, 10**6))
+    c = Cluster("tree", tuple(toy_device(f"d{i}") for i in range(n)),
+                tuple(Link(f"d{u}", f"d{v}", 1e9, 1e-6) for u, v in tree.edges))
+    for a in c.device_names:
+        for b in c.device_names:
+            hops = c.route(a, b)
+            assert len(hops) == nx.shortest_path_length(tree, int(a[1:]), int(b[1:]))
+            if hops:
+                assert hops[0].src == a and hops[-1].dst == b
+                assert all(x.dst == y.src for x, y in itertools.pairwise(hops))
+
+
+def test_toy_cluster_helper_is_a_chain() -> None:
+    assert len(toy_cluster(3).route("d0", "d2")) == 2
