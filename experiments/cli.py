@@ -16,7 +16,8 @@ from typing import Any, NoReturn
 from hwmodels.cost import make_cost_model
 from hwmodels.registry import get_cluster, list_clusters, list_devices
 from policies.base import POLICIES, plan
-from sim.engine import simulate
+from policies.bounds import lower_bound
+from sim.engine import ORDERS, simulate
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
 from workloads.zoo import build_model, list_models
@@ -86,14 +87,21 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     POLICIES.get(args.policy)
     cost = make_cost_model(args.cost, cluster)
     p = plan(graph, cluster, args.policy, cost)
-    result = simulate(p, cluster, cost)
+    result = simulate(p, cluster, cost, order=args.order)
     if args.trace:
         result.write_chrome_trace(args.trace)
+    if args.gantt:
+        result.write_gantt(args.gantt, title=f"{graph.name} on {cluster.name}, {args.policy}")
+    bound = lower_bound(graph, cluster, cost)
     data = {"model": graph.name, "batch": args.batch if not args.graph else None,
             "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
-            "placement_s": p.placement_s, **result.summary()}
+            "order": args.order, "placement_s": p.placement_s, "lower_bound_s": bound,
+            "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
+            **result.summary()}
     lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
-             f"  makespan     {result.makespan_s * 1e3:.3f} ms",
+             f"  makespan     {result.makespan_s * 1e3:.3f} ms"
+             + (f"  ({result.makespan_s / bound:.2f}x the lower bound "
+                f"{bound * 1e3:.3f} ms)" if bound > 0 else ""),
              f"  feasible     {result.feasible}" + (f" ({result.reason})" if result.reason
                                                      else ""),
              f"  transfers    {result.transfer_bytes / 1e6:.1f} MB",
@@ -101,8 +109,8 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     for d in cluster.device_names:
         lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
                      f"{result.peak_memory_bytes[d] / 1e9:7.3f} GB")
-    if args.trace:
-        lines.append(f"  trace        {args.trace}")
+    lines += [f"  {what:<12} {path}" for what, path in (("trace", args.trace),
+                                                         ("gantt", args.gantt)) if path]
     _emit(args, data, "\n".join(lines))
 
 
@@ -174,7 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True)
     p.add_argument("--cost", default="roofline", help="cost model (default: roofline)")
     p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--order", choices=ORDERS, default="plan",
+                   help="plan: devices follow the plan's order; priority: each device "
+                        "starts its highest-priority ready op")
     p.add_argument("--trace", help="write a Chrome-trace JSON here")
+    p.add_argument("--gantt", help="write a Gantt chart (.png or .svg) here")
     _add_json(p)
     p.set_defaults(func=_cmd_simulate)
 

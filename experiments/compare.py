@@ -11,6 +11,7 @@ from hwmodels.cost import make_cost_model
 from hwmodels.registry import get_cluster
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, plan
+from policies.bounds import lower_bound
 from sim.engine import simulate
 from workloads.graph import Graph
 from workloads.zoo import build_model
@@ -18,9 +19,9 @@ from workloads.zoo import build_model
 __all__ = ["RESULT_COLUMNS", "compare", "run_one"]
 
 RESULT_COLUMNS: tuple[str, ...] = (
-    "model", "batch", "cluster", "policy", "makespan_s", "feasible", "reason", "placement_s",
-    "simulation_s", "transfer_bytes", "peak_memory_bytes", "devices_used",
-    "mean_utilization", "speedup_vs_single_device",
+    "model", "batch", "cluster", "policy", "makespan_s", "lower_bound_s", "makespan_over_bound",
+    "feasible", "reason", "placement_s", "simulation_s", "transfer_bytes",
+    "peak_memory_bytes", "devices_used", "mean_utilization", "speedup_vs_single_device",
 )
 
 
@@ -32,10 +33,13 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
     start = time.perf_counter()
     result = simulate(p, cluster, cost_model)
     elapsed = time.perf_counter() - start
+    bound = lower_bound(graph, cluster, cost_model)
     used = [d for d in cluster.device_names if d in p.order]
     return {
         "model": graph.name, "batch": batch, "cluster": cluster.name, "policy": policy,
-        "makespan_s": result.makespan_s, "feasible": result.feasible,
+        "makespan_s": result.makespan_s, "lower_bound_s": bound,
+        "makespan_over_bound": result.makespan_s / bound if bound > 0 else float("nan"),
+        "feasible": result.feasible,
         "reason": result.reason, "placement_s": p.placement_s, "simulation_s": elapsed,
         "transfer_bytes": result.transfer_bytes,
         "peak_memory_bytes": max(result.peak_memory_bytes.values()),

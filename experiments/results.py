@@ -41,6 +41,7 @@ def format_table(df: pd.DataFrame) -> str:
         "model": df["model"], "cluster": df["cluster"], "policy": df["policy"],
         "makespan_ms": (df["makespan_s"] * 1e3).round(3),
         "speedup": df["speedup_vs_single_device"].round(2),
+        "vs_bound": df["makespan_over_bound"].round(2),
         "feasible": df["feasible"], "devices": df["devices_used"],
         "util": df["mean_utilization"].round(2),
         "transfer_MB": (df["transfer_bytes"] / 1e6).round(1),

@@ -7,9 +7,12 @@ never schedules. Models register by name (entry point group ``placelab.cost_mode
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 
-from hwmodels.spec import Cluster
-from workloads.graph import Op
+import numpy as np
+
+from hwmodels.spec import Cluster, Device
+from workloads.graph import DTYPE_BYTES, OP_CLASSES, Graph, Op
 from workloads.registry import Registry
 
 __all__ = ["COST_MODELS", "CostModel", "RooflineCost", "make_cost_model"]
@@ -29,6 +32,10 @@ class CostModel(ABC):
     @abstractmethod
     def op_time(self, op: Op, device: str) -> float:
         """Seconds ``op`` takes on the device named ``device``."""
+
+    def op_times(self, graph: Graph, placement: Mapping[str, str]) -> list[float]:
+        """:meth:`op_time` of every op on its placed device, in ``graph.arrays`` order."""
+        return [self.op_time(graph.op(name), placement[name]) for name in graph.arrays.names]
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to move ``nbytes`` from device ``src`` to device ``dst``."""
@@ -66,6 +73,42 @@ class RooflineCost(CostModel):
             compute = op.flops / (d.peak_flops(op.dtype) * eff)
         memory = moved / (d.memory_bandwidth * d.efficiency_for(op.op_class, moved))
         return d.launch_overhead_s + max(compute, memory)
+
+    def op_times(self, graph: Graph, placement: Mapping[str, str]) -> list[float]:
+        """Vectorised :meth:`op_time`, equal to it op for op."""
+        a = graph.arrays
+        names = self.cluster.device_names
+        index = {d: i for i, d in enumerate(names)}
+        where = np.fromiter((index[placement[n]] for n in a.names), np.int64, len(a.names))
+        times = np.zeros(len(a.names))
+        dtypes = tuple(DTYPE_BYTES)
+        for i in np.unique(where).tolist():
+            d = self.cluster.device(names[i])
+            on = where == i
+            for c in np.unique(a.op_class[on]).tolist():
+                op_class = OP_CLASSES[c]
+                if op_class == "source":
+                    continue
+                sel = on & (a.op_class == c)
+                flops, moved, dt = a.flops[sel], a.moved_bytes[sel], a.dtype[sel]
+                peak = np.ones(len(flops))
+                for k in np.unique(dt[flops > 0]).tolist():
+                    peak[dt == k] = d.peak_flops(dtypes[k])
+                compute = np.where(flops > 0, flops / (peak * _efficiency(d, op_class, flops)),
+                                   0.0)
+                memory = moved / (d.memory_bandwidth * _efficiency(d, op_class, moved))
+                times[sel] = d.launch_overhead_s + np.maximum(compute, memory)
+        return times.tolist()
+
+
+def _efficiency(device: Device, op_class: str, size: np.ndarray) -> np.ndarray | float:
+    """``device.efficiency_for`` over an array of sizes."""
+    value = device.efficiency.get(op_class, 1.0)
+    if isinstance(value, float):
+        return value
+    thresholds = np.array([t for t, _ in value])
+    effs = np.array([e for _, e in value])
+    return effs[np.maximum(np.searchsorted(thresholds, size, side="right") - 1, 0)]
 
 
 COST_MODELS: Registry[type[CostModel]] = Registry("cost model", "placelab.cost_models")

@@ -5,7 +5,8 @@
 ('job', 'name', 'kind')
 """
 
-from sim.engine import simulate
+from sim.engine import ORDERS, simulate
+from sim.gantt import plot_gantt
 from sim.result import TRACE_COLUMNS, SimResult, chrome_trace
 
-__all__ = ["TRACE_COLUMNS", "SimResult", "chrome_trace", "simulate"]
+__all__ = ["ORDERS", "TRACE_COLUMNS", "SimResult", "chrome_trace", "plot_gantt", "simulate"]

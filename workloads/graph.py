@@ -10,10 +10,13 @@ import json
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 from typing import Any
 
 import networkx as nx
 
+from workloads.arrays import GraphArrays
 from workloads.errors import GraphError
 
 __all__ = ["DTYPE_BYTES", "OP_CLASSES", "Edge", "Graph", "Op", "Tensor", "dtype_bytes"]
@@ -67,6 +70,7 @@ class Tensor:
     name: str
     shape: tuple[int, ...]
     dtype: str = "fp32"
+    nbytes: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
@@ -74,15 +78,11 @@ class Tensor:
             raise GraphError(
                 f"tensor {self.name!r}: shape must be positive integers, got {self.shape}"
             )
-        dtype_bytes(self.dtype)
+        object.__setattr__(self, "nbytes", math.prod(self.shape) * dtype_bytes(self.dtype))
 
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * DTYPE_BYTES[self.dtype]
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
@@ -307,6 +307,10 @@ class Graph:
         """Name of the op that produces ``tensor``."""
         return self._producer[tensor]
 
+    def producers(self) -> Mapping[str, str]:
+        """Tensor name -> producing op name, for every tensor (a read-only view)."""
+        return MappingProxyType(self._producer)
+
     def consumers(self, tensor: str) -> tuple[str, ...]:
         """Names of the ops that read ``tensor``, in graph order."""
         return tuple(self._consumers[tensor])
@@ -329,6 +333,11 @@ class Graph:
     def topological_order(self) -> tuple[str, ...]:
         """Op names in a dependency-respecting order; ties keep the graph's op order."""
         return self._topo
+
+    @cached_property
+    def arrays(self) -> GraphArrays:
+        """The graph as integer arrays (ops in topological order), built on first use."""
+        return GraphArrays.from_graph(self)
 
     def to_networkx(self) -> nx.DiGraph:
         """A copy of the op DAG; edges carry ``tensors`` (names) and ``bytes``."""

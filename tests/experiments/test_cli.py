@@ -73,6 +73,19 @@ def test_simulate_json_keys_and_trace(capsys, tmp_path) -> None:
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def test_simulate_gantt_order_and_bound(capsys, tmp_path) -> None:
+    gantt = tmp_path / "g.png"
+    code, out, _ = run(capsys, "simulate", "--model", "resnet50", "--cluster", "workstation",
+                       "--policy", "heft", "--order", "priority", "--gantt", str(gantt),
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and data["order"] == "priority"
+    assert data["makespan_over_bound"] >= 1.0
+    assert data["makespan_s"] == pytest.approx(data["lower_bound_s"] * data[
+        "makespan_over_bound"])
+    assert gantt.read_bytes()[:4] == b"\x89PNG"
+
+
 def test_simulate_from_a_graph_file(capsys, tmp_path) -> None:
     from workloads import build_model
     path = tmp_path / "g.json"

@@ -108,7 +108,10 @@ def test_trace_schema_and_chrome_export(tmp_path) -> None:
     assert (r.trace["kind"] == "compute").sum() == len(g)
     out = r.write_chrome_trace(tmp_path / "t.json")
     events = json.loads(out.read_text())["traceEvents"]
-    assert sum(e["ph"] == "X" for e in events) == len(r.trace)
+    lanes = [s.split(",") for s in r.trace["stream"]]
+    assert sum(e["ph"] == "X" for e in events) == sum(len(x) for x in lanes)
+    names = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"gpu0/stream0", "gpu0/copy0", "nvlink01:gpu0->gpu1"} <= names
 
 
 @st.composite

@@ -1,0 +1,156 @@
+"""Simulator speed: simulated ops per second against a naive simpy model, same run.
+
+Synthetic layered DAGs (``workloads.synthetic.layered_dag``: two edges per op, width 1000)
+of 1k, 10k and 100k ops, placed in column blocks on 8 and 64 H100s joined by a switch, are
+simulated by ``sim.simulate`` and by a naive simpy model written the textbook way (one
+process per op and per transfer, one ``Resource`` per device and per link channel), which
+runs the same plan order and gives the same makespan. Both are timed in this run, so the
+ratio is meaningful on a shared, noisy machine.
+
+    python benchmarks/sim_speed.py [--sizes 1000,10000,100000] [--devices 8,64] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import platform
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import simpy
+
+from hwmodels import Cluster, CostModel, Link, RooflineCost, get_device
+from policies import Plan, order_by_priority
+from sim import simulate
+from workloads.graph import Graph
+from workloads.io import write_text_atomic
+from workloads.synthetic import layered_dag
+
+
+def switch_cluster(n: int) -> Cluster:
+    """``n`` H100s, each on its own 450 GB/s link to one switch (an NVSwitch-like fabric)."""
+    spec = get_device("h100-sxm5-80gb")
+    devices = tuple(spec.instance(f"gpu{i}") for i in range(n))
+    links = tuple(Link(f"gpu{i}", "switch", 450e9, 1e-6) for i in range(n))
+    return Cluster(f"switch{n}", devices, links, switches=("switch",))
+
+
+def block_plan(graph: Graph, cluster: Cluster, width: int) -> Plan:
+    names = cluster.device_names
+    placement = {op.name: names[(int(op.name[1:]) % width) * len(names) // width]
+                 for op in graph}
+    return Plan(graph, placement, order_by_priority(graph, placement), policy="blocks")
+
+
+def naive_simulate(plan: Plan, cluster: Cluster, cost: CostModel) -> float:
+    """The baseline: a generator process per op and per transfer, Resources for all."""
+    env = simpy.Environment()
+    graph = plan.graph
+    device = {d: simpy.Resource(env, cluster.device(d).compute_streams)
+              for d in cluster.device_names}
+    channels: dict[str, simpy.Resource] = {}
+    done = {op.name: env.event() for op in graph}
+    started = {op.name: env.event() for op in graph}
+    arrived = {(t.tensor, t.dst): env.event() for t in plan.transfers}
+    previous = {ops[i]: ops[i - 1] for ops in plan.order.values() for i in range(1, len(ops))}
+
+    def run_op(name: str):
+        d = plan.placement[name]
+        waits = [done[graph.producer(t)] if plan.placement[graph.producer(t)] == d
+                 else arrived[(t, d)] for t in dict.fromkeys(graph.op(name).inputs)]
+        if name in previous:
+            waits.append(started[previous[name]])
+        yield simpy.AllOf(env, waits)
+        with device[d].request() as req:
+            yield req
+            started[name].succeed()
+            yield env.timeout(cost.op_time(graph.op(name), d))
+        done[name].succeed()
+
+    def run_transfer(t):
+        yield done[t.producer]
+        route = [channels.setdefault(h.channel, simpy.Resource(env, 1))
+                 for h in cluster.route(t.src, t.dst)]
+        requests = [r.request() for r in route]
+        yield simpy.AllOf(env, requests)
+        yield env.timeout(cost.transfer_time(t.nbytes, t.src, t.dst))
+        for r, req in zip(route, requests, strict=True):
+            r.release(req)
+        arrived[(t.tensor, t.dst)].succeed()
+
+    for op in graph:
+        env.process(run_op(op.name))
+    for t in plan.transfers:
+        env.process(run_transfer(t))
+    env.run()
+    return env.now
+
+
+def timed(fn, repeats: int) -> tuple[float, object]:
+    best, value = float("inf"), None
+    for _ in range(repeats):
+        gc.collect()
+        start = time.perf_counter()
+        value = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, value
+
+
+def peak_bytes(fn) -> int:
+    gc.collect()
+    tracemalloc.start()
+    fn()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--devices", default="8,64")
+    parser.add_argument("--width", type=int, default=1000)
+    parser.add_argument("--out", help="also write the markdown table here")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    device_counts = [int(s) for s in args.devices.split(",")]
+    lines = [
+        f"machine: {platform.machine()}, {platform.processor() or 'cpu'}, Python "
+        f"{platform.python_version()}, simpy {simpy.__version__}",
+        f"date: {datetime.date.today().isoformat()}",
+        f"command: python benchmarks/sim_speed.py --sizes {args.sizes} "
+        f"--devices {args.devices}", "",
+        "| ops | devices | transfers | placelab s | placelab ops/s | naive s | naive ops/s "
+        "| speedup | peak MiB (placelab) | makespan equal |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for n in sizes:
+        graph = layered_dag(n, width=args.width, seed=0)
+        for d in device_counts:
+            cluster = switch_cluster(d)
+            cost = RooflineCost(cluster)
+            plan = block_plan(graph, cluster, args.width)
+            repeats = 3 if n <= 10_000 else 2
+            ours, result = timed(lambda: simulate(plan, cluster, cost), repeats)  # noqa: B023
+            naive, naive_makespan = timed(lambda: naive_simulate(plan, cluster, cost), 1)  # noqa: B023
+            peak = peak_bytes(lambda: simulate(plan, cluster, cost)) / 2**20  # noqa: B023
+            same = abs(result.makespan_s - naive_makespan) <= 1e-9 * result.makespan_s
+            row = (f"| {n:,} | {d} | {len(plan.transfers):,} | {ours:.3f} | {n / ours:,.0f} "
+                   f"| {naive:.3f} | {n / naive:,.0f} | {naive / ours:.1f}x | {peak:.0f} "
+                   f"| {'yes' if same else 'NO'} |")
+            lines.append(row)
+            print(row, flush=True)
+    text = "\n".join(lines) + "\n"
+    if args.out:
+        write_text_atomic(args.out, text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()
