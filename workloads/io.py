@@ -9,6 +9,16 @@ from pathlib import Path
 __all__ = ["write_bytes_atomic", "write_text_atomic"]
 
 
+def _file_mode() -> int:
+    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp uses 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_MODE = _file_mode()
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder.
 
@@ -21,6 +31,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, _MODE)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
