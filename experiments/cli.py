@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from hwmodels.cost import make_cost_model
-from hwmodels.registry import get_cluster, list_clusters, list_devices
+from hwmodels.registry import (
+    get_cluster,
+    get_device,
+    list_clusters,
+    list_devices,
+    register_file,
+    source_of,
+)
+from hwmodels.toml_io import cluster_table, device_table, dumps
 from policies.base import POLICIES, plan
 from policies.bounds import lower_bound
 from sim.engine import ORDERS, simulate
@@ -79,13 +87,46 @@ def _cmd_model_show(args: argparse.Namespace) -> None:
     _emit(args, summary, text)
 
 
+def _cmd_hw_list(args: argparse.Namespace) -> None:
+    rows = [{"type": "device", "name": n, "kind": get_device(n).kind,
+             "source": source_of("device", n)} for n in list_devices()]
+    rows += [{"type": "cluster", "name": n, "kind": f"{len(get_cluster(n).devices)} devices",
+              "source": source_of("cluster", n)} for n in list_clusters()]
+    text = "\n".join(f"{r['type']:<8} {r['name']:<22} {r['kind']:<11} {r['source']}"
+                     for r in rows)
+    _emit(args, {"hardware": rows}, text)
+
+
+def _cmd_hw_show(args: argparse.Namespace) -> None:
+    if args.name in list_devices():
+        device = get_device(args.name)
+        data = {"type": "device", **device_table(device)}
+        text = dumps(devices=[device])
+    else:
+        cluster = get_cluster(args.name)
+        data = {"type": "cluster", **cluster_table(cluster)}
+        text = dumps(clusters=[cluster])
+    data["source"] = source_of(data["type"], args.name)
+    _emit(args, data, text.rstrip())
+
+
+def _cmd_hw_register(args: argparse.Namespace) -> None:
+    before_d, before_c = set(list_devices()), set(list_clusters())
+    stored = register_file(args.file)
+    devices = sorted(set(list_devices()) - before_d)
+    clusters = sorted(set(list_clusters()) - before_c)
+    text = (f"registered devices: {', '.join(devices) or '-'}; clusters: "
+            f"{', '.join(clusters) or '-'}\nstored in {stored}")
+    _emit(args, {"devices": devices, "clusters": clusters, "stored": str(stored)}, text)
+
+
 def _cmd_simulate(args: argparse.Namespace) -> None:
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
     graph = _load_graph(args)
     cluster = get_cluster(args.cluster)
     POLICIES.get(args.policy)
-    cost = make_cost_model(args.cost, cluster)
+    cost = make_cost_model(args.cost, cluster, args.cost_file)
     p = plan(graph, cluster, args.policy, cost)
     result = simulate(p, cluster, cost, order=args.order)
     if args.trace:
@@ -175,12 +216,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=_cmd_model_show)
 
+    hw = sub.add_parser("hw", help="the hardware catalog: list, show, register")
+    hsub = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser)
+    p = hsub.add_parser("list", help="every registered device and cluster, with its source")
+    _add_json(p)
+    p.set_defaults(func=_cmd_hw_list)
+    p = hsub.add_parser("show", help="one device or cluster, in the TOML format")
+    p.add_argument("name")
+    _add_json(p)
+    p.set_defaults(func=_cmd_hw_show)
+    p = hsub.add_parser("register", help="validate a hardware TOML file and store it in "
+                        "the user catalog ($PLACELAB_HOME/hardware)")
+    p.add_argument("file")
+    _add_json(p)
+    p.set_defaults(func=_cmd_hw_register)
+
     p = sub.add_parser("simulate", help="place one graph with one policy and simulate it")
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
     p.add_argument("--cluster", required=True)
     p.add_argument("--policy", required=True)
-    p.add_argument("--cost", default="roofline", help="cost model (default: roofline)")
+    p.add_argument("--cost", default="roofline",
+                   help="cost model: roofline (default), table, calibrated")
+    p.add_argument("--cost-file", help="the table or calibration file the cost model reads")
     p.add_argument("--batch", type=_positive_int, default=1)
     p.add_argument("--order", choices=ORDERS, default="plan",
                    help="plan: devices follow the plan's order; priority: each device "

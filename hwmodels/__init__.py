@@ -8,8 +8,22 @@ It answers questions and never schedules.
 0.001001
 """
 
-from hwmodels.cost import COST_MODELS, CostModel, RooflineCost, make_cost_model
+from hwmodels.collectives import (
+    all_gather_time,
+    reduce_scatter_time,
+    ring_allreduce_time,
+    tree_allreduce_time,
+)
+from hwmodels.cost import (
+    COST_MODELS,
+    CalibratedCost,
+    CostModel,
+    RooflineCost,
+    TableCost,
+    make_cost_model,
+)
 from hwmodels.registry import (
+    find_devices,
     get_cluster,
     get_device,
     list_clusters,
@@ -17,13 +31,18 @@ from hwmodels.registry import (
     load,
     register_cluster,
     register_device,
+    register_file,
+    source_of,
+    user_catalog_dir,
 )
 from hwmodels.spec import DEVICE_KINDS, Cluster, Device, Hop, Link
 from hwmodels.toml_io import HardwareFile, dump, dumps, loads
 
 __all__ = [
-    "COST_MODELS", "DEVICE_KINDS", "Cluster", "CostModel", "Device", "HardwareFile", "Hop",
-    "Link", "RooflineCost", "dump", "dumps", "get_cluster", "get_device", "list_clusters",
-    "list_devices", "load", "loads", "make_cost_model", "register_cluster",
-    "register_device",
+    "COST_MODELS", "DEVICE_KINDS", "CalibratedCost", "Cluster", "CostModel", "Device",
+    "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost", "all_gather_time", "dump",
+    "dumps", "find_devices", "get_cluster", "get_device", "list_clusters", "list_devices",
+    "load", "loads", "make_cost_model", "reduce_scatter_time", "register_cluster",
+    "register_device", "register_file", "ring_allreduce_time", "source_of",
+    "tree_allreduce_time", "user_catalog_dir",
 ]

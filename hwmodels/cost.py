@@ -1,33 +1,54 @@
-"""Cost models: how long an op takes on a device and a transfer between two devices.
+"""Cost models: how long an op takes on a device and a tensor takes between two devices.
 
 A cost model is bound to one cluster (routes depend on it) and answers questions only; it
-never schedules. Models register by name (entry point group ``placelab.cost_models``).
+never schedules. Models register by name (entry point group ``placelab.cost_models``):
+
+* ``roofline``: launch overhead plus the larger of the compute and the memory roof;
+* ``table``: explicit op times per device and transfer times per tensor (published
+  scheduling instances, measured tables);
+* ``calibrated``: the roofline over device specs that calibration measured (device TOML).
 """
 
 from __future__ import annotations
 
+import tomllib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from statistics import fmean
+from typing import Any
 
 import numpy as np
 
 from hwmodels.spec import Cluster, Device
+from workloads.errors import HardwareSpecError
 from workloads.graph import DTYPE_BYTES, OP_CLASSES, Graph, Op
 from workloads.registry import Registry
 
-__all__ = ["COST_MODELS", "CostModel", "RooflineCost", "make_cost_model"]
+__all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
+           "make_cost_model"]
 
 
 class CostModel(ABC):
     """Times of ops and transfers on one cluster, in seconds.
 
-    Subclasses implement :meth:`op_time`; the default :meth:`transfer_time` charges the
-    route's summed latency plus the bytes at the route's bottleneck bandwidth (the whole
-    path is held at that rate, as the simulator does).
+    Subclasses implement :meth:`op_time`. The default :meth:`transfer_time` charges the
+    route's summed latency plus the bytes at the route's bottleneck bandwidth (the whole path
+    is held at that rate, as the simulator does). A model whose transfer time depends on the
+    tensor, not only its size, overrides :meth:`tensor_transfer_time`.
     """
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
+        self._affine: dict[tuple[str, ...], tuple[float, float]] = {}
+
+    @classmethod
+    def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
+        """Build the model for ``cluster``; models read from a file override this."""
+        if file is not None:
+            raise HardwareSpecError(f"cost model {cls.__name__}: takes no file, "
+                                    f"got {str(file)!r}")
+        return cls(cluster)
 
     @abstractmethod
     def op_time(self, op: Op, device: str) -> float:
@@ -45,6 +66,29 @@ class CostModel(ABC):
         bandwidth = min(h.link.bandwidth for h in hops)
         return sum(h.link.latency_s for h in hops) + nbytes / bandwidth
 
+    def tensor_transfer_time(self, tensor: str, nbytes: int, src: str, dst: str) -> float:
+        """Seconds to move tensor ``tensor`` (``nbytes``) from ``src`` to ``dst``."""
+        return self.transfer_time(nbytes, src, dst)
+
+    def mean_transfer_time(self, tensor: str, nbytes: int, devices: Sequence[str]) -> float:
+        """Mean of :meth:`tensor_transfer_time` over ordered pairs of distinct ``devices``.
+
+        List schedulers rank ops by it. The default fits ``a + b * nbytes`` once per device
+        set, exact when transfer time is affine in bytes (true of :meth:`transfer_time`).
+        """
+        key = tuple(devices)
+        if key not in self._affine:
+            pairs = [(p, q) for p in key for q in key if p != q]
+            if not pairs:
+                self._affine[key] = (0.0, 0.0)
+            else:
+                probe = 1 << 30
+                at_zero = fmean(self.transfer_time(0, p, q) for p, q in pairs)
+                at_probe = fmean(self.transfer_time(probe, p, q) for p, q in pairs)
+                self._affine[key] = (at_zero, (at_probe - at_zero) / probe)
+        fixed, per_byte = self._affine[key]
+        return fixed + per_byte * nbytes if len(key) > 1 else 0.0
+
 
 class RooflineCost(CostModel):
     """``launch + max(FLOPs / (peak * eff), bytes / (bandwidth * eff))``.
@@ -60,12 +104,14 @@ class RooflineCost(CostModel):
     True
     """
 
-    name = "roofline"
+    def spec(self, device: str) -> Device:
+        """The spec the roofline uses for ``device`` (overridden by calibration)."""
+        return self.cluster.device(device)
 
     def op_time(self, op: Op, device: str) -> float:
         if op.op_class == "source":
             return 0.0
-        d = self.cluster.device(device)
+        d = self.spec(device)
         moved = op.bytes_read + op.bytes_written
         compute = 0.0
         if op.flops:
@@ -83,7 +129,7 @@ class RooflineCost(CostModel):
         times = np.zeros(len(a.names))
         dtypes = tuple(DTYPE_BYTES)
         for i in np.unique(where).tolist():
-            d = self.cluster.device(names[i])
+            d = self.spec(names[i])
             on = where == i
             for c in np.unique(a.op_class[on]).tolist():
                 op_class = OP_CLASSES[c]
@@ -111,10 +157,109 @@ def _efficiency(device: Device, op_class: str, size: np.ndarray) -> np.ndarray |
     return effs[np.maximum(np.searchsorted(thresholds, size, side="right") - 1, 0)]
 
 
+class CalibratedCost(RooflineCost):
+    """The roofline over calibrated specs: a device whose catalog model has an entry in the
+    calibration file (the device TOML that calibration writes) uses that entry's peaks,
+    bandwidth, launch overhead and efficiencies; other devices keep their catalog spec.
+    """
+
+    def __init__(self, cluster: Cluster, file: str | Path) -> None:
+        from hwmodels.toml_io import load
+
+        super().__init__(cluster)
+        calibrated = load(file).devices
+        if not calibrated:
+            raise HardwareSpecError(f"{file}: expected at least one [[device]], got none")
+        self._specs = {d.name: calibrated[d.model].instance(d.name)
+                       for d in cluster.devices if d.model in calibrated}
+        if not self._specs:
+            raise HardwareSpecError(
+                f"{file}: calibrates {', '.join(calibrated)}, but cluster {cluster.name!r} "
+                f"has only {', '.join(sorted({d.model for d in cluster.devices}))}")
+
+    @classmethod
+    def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
+        if file is None:
+            raise HardwareSpecError("cost model calibrated: needs a calibration file, "
+                                    "got none")
+        return cls(cluster, file)
+
+    def spec(self, device: str) -> Device:
+        return self._specs.get(device) or self.cluster.device(device)
+
+
+class TableCost(CostModel):
+    """Explicit times: ``op_times[op][device]`` seconds and, for a tensor crossing devices,
+    ``transfer_times[tensor]`` seconds (any pair of distinct devices, as in the scheduling
+    literature); a tensor missing from the table pays the route's latency and bandwidth.
+
+    The TOML form::
+
+        [op_time_s]
+        t1 = { p1 = 14, p2 = 16, p3 = 9 }
+        [transfer_time_s]
+        t1 = 18
+
+    >>> from hwmodels import Cluster, Device, Link
+    >>> d = tuple(Device(n, "cpu", {"fp32": 1e9}, 2**30, 1e9) for n in ("p1", "p2"))
+    >>> c = Cluster("c", d, (Link("p1", "p2", 1e9),))
+    >>> cost = TableCost(c, {"a": {"p1": 2.0, "p2": 3.0}}, {"a": 5.0})
+    >>> [cost.tensor_transfer_time("a", 4, "p1", q) for q in ("p2", "p1")]
+    [5.0, 0.0]
+    """
+
+    def __init__(self, cluster: Cluster, op_times: Mapping[str, Mapping[str, float]],
+                 transfer_times: Mapping[str, float] | None = None) -> None:
+        super().__init__(cluster)
+        self.table = {op: dict(row) for op, row in op_times.items()}
+        self.transfers = dict(transfer_times or {})
+        for op, row in self.table.items():
+            for device, seconds in row.items():
+                cluster.device(device)
+                if not isinstance(seconds, int | float) or seconds < 0:
+                    raise HardwareSpecError(f"table: op_time_s.{op}.{device} must be >= 0, "
+                                            f"got {seconds!r}")
+
+    @classmethod
+    def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
+        """Read the TOML form (see the class docstring)."""
+        if file is None:
+            raise HardwareSpecError("cost model table: needs a table file, got none")
+        try:
+            data: dict[str, Any] = tomllib.loads(Path(file).read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise HardwareSpecError(f"{file}: cannot read cost table: {err}") from err
+        if "op_time_s" not in data:
+            raise HardwareSpecError(f"{file}: missing table [op_time_s]")
+        return cls(cluster, data["op_time_s"], data.get("transfer_time_s", {}))
+
+    def op_time(self, op: Op, device: str) -> float:
+        try:
+            return float(self.table[op.name][device])
+        except KeyError:
+            raise HardwareSpecError(f"table: no time for op {op.name!r} on device "
+                                    f"{device!r}") from None
+
+    def tensor_transfer_time(self, tensor: str, nbytes: int, src: str, dst: str) -> float:
+        if src == dst:
+            return 0.0
+        if tensor in self.transfers:
+            return float(self.transfers[tensor])
+        return self.transfer_time(nbytes, src, dst)
+
+    def mean_transfer_time(self, tensor: str, nbytes: int, devices: Sequence[str]) -> float:
+        if tensor in self.transfers and len(devices) > 1:
+            return float(self.transfers[tensor])
+        return super().mean_transfer_time(tensor, nbytes, devices)
+
+
 COST_MODELS: Registry[type[CostModel]] = Registry("cost model", "placelab.cost_models")
 COST_MODELS.register("roofline", RooflineCost)
+COST_MODELS.register("table", TableCost)
+COST_MODELS.register("calibrated", CalibratedCost)
 
 
-def make_cost_model(name: str, cluster: Cluster) -> CostModel:
-    """The registered cost model ``name`` bound to ``cluster``."""
-    return COST_MODELS.get(name)(cluster)
+def make_cost_model(name: str, cluster: Cluster, file: str | Path | None = None) -> CostModel:
+    """The registered cost model ``name`` bound to ``cluster`` (``file`` for those that
+    read one: ``table`` and ``calibrated``)."""
+    return COST_MODELS.get(name).create(cluster, file)

@@ -271,6 +271,15 @@ class Cluster:
     def devices_of_kind(self, kind: str) -> tuple[Device, ...]:
         return tuple(d for d in self.devices if d.kind == kind)
 
+    def devices_with(self, *, dtype: str | None = None, min_memory_bytes: int = 0,
+                     host: str | None = None) -> tuple[Device, ...]:
+        """Devices that have a peak rate for ``dtype``, at least ``min_memory_bytes`` and
+        sit on ``host`` (each filter optional)."""
+        return tuple(d for d in self.devices
+                     if (dtype is None or dtype in d.peak)
+                     and d.memory_bytes >= min_memory_bytes
+                     and (host is None or self.hosts.get(d.name) == host))
+
     def route(self, src: str, dst: str) -> tuple[Hop, ...]:
         """The hops from ``src`` to ``dst`` along the least-latency path (empty if equal)."""
         key = (src, dst)

@@ -72,5 +72,6 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     if order is None:
         order = order_by_priority(graph, proposal.devices, proposal.priority)
     result = Plan(graph, proposal.devices, order, policy=policy.name,
-                  priority=proposal.priority, placement_s=elapsed)
+                  priority=proposal.priority, placement_s=elapsed,
+                  estimated_makespan_s=proposal.estimated_makespan_s)
     return result.validate(cluster)

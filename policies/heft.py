@@ -8,7 +8,6 @@ using the earliest idle slot long enough for it (insertion-based policy).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
 from statistics import fmean
 
 from hwmodels.cost import CostModel
@@ -17,36 +16,31 @@ from policies.base import PlacementPolicy, register_policy
 from policies.plans import Placement
 from workloads.graph import Graph
 
-__all__ = ["HEFT", "mean_transfer_model", "upward_rank"]
+__all__ = ["HEFT", "edge_transfer_time", "upward_rank"]
 
 
-def mean_transfer_model(cost: CostModel, devices: Sequence[str]) -> tuple[float, float]:
-    """``(a, b)`` such that the mean transfer time over ordered device pairs is ``a + b*n``.
-
-    The paper averages communication cost over processor pairs; an affine fit at two sizes
-    keeps that exact for cost models whose transfer time is affine in bytes (the built-in
-    ones) without touching every pair for every edge.
-    """
-    pairs = [(p, q) for p in devices for q in devices if p != q]
-    if not pairs:
-        return 0.0, 0.0
-    probe = 1 << 30
-    at_zero = fmean(cost.transfer_time(0, p, q) for p, q in pairs)
-    at_probe = fmean(cost.transfer_time(probe, p, q) for p, q in pairs)
-    return at_zero, (at_probe - at_zero) / probe
+def edge_transfer_time(graph: Graph, cost: CostModel, src_op: str, dst_op: str, src: str,
+                       dst: str) -> float:
+    """Seconds for every tensor ``src_op`` sends ``dst_op`` to go from ``src`` to ``dst``."""
+    if src == dst:
+        return 0.0
+    total = 0.0
+    for name in graph.to_networkx_view().edges[src_op, dst_op]["tensors"]:
+        total += cost.tensor_transfer_time(name, graph.tensor(name).nbytes, src, dst)
+    return total
 
 
 def upward_rank(graph: Graph, cluster: Cluster, cost: CostModel) -> dict[str, float]:
     """HEFT's ``rank_u``: mean op time plus the costliest mean path to an exit."""
     devices = cluster.device_names
-    fixed, per_byte = mean_transfer_model(cost, devices)
     rank: dict[str, float] = {}
-    g = graph.to_networkx()
+    g = graph.to_networkx_view()
     for name in reversed(graph.topological_order()):
         mean_w = fmean(cost.op_time(graph.op(name), d) for d in devices)
         tail = 0.0
         for succ in g.successors(name):
-            comm = fixed + per_byte * g.edges[name, succ]["bytes"] if fixed or per_byte else 0.0
+            comm = sum(cost.mean_transfer_time(t, graph.tensor(t).nbytes, devices)
+                       for t in g.edges[name, succ]["tensors"])
             tail = max(tail, comm + rank[succ])
         rank[name] = mean_w + tail
     return rank
@@ -91,13 +85,13 @@ class HEFT(PlacementPolicy):
         timelines = {d: _Timeline() for d in devices}
         where: dict[str, str] = {}
         finish: dict[str, float] = {}
-        g = graph.to_networkx()
+        g = graph.to_networkx_view()
         for name in queue:
             op = graph.op(name)
             best: tuple[float, float, str] | None = None
             for device in devices:
-                ready = max((finish[p] + cost.transfer_time(g.edges[p, name]["bytes"],
-                                                            where[p], device)
+                ready = max((finish[p] + edge_transfer_time(graph, cost, p, name, where[p],
+                                                            device)
                              for p in g.predecessors(name)), default=0.0)
                 duration = cost.op_time(op, device)
                 start = timelines[device].earliest_start(ready, duration)
@@ -109,4 +103,5 @@ class HEFT(PlacementPolicy):
             where[name] = device
             finish[name] = start + duration
         order = {d: tuple(t.ops) for d, t in timelines.items() if t.ops}
-        return Placement(where, order=order, priority=rank)
+        return Placement(where, order=order, priority=rank,
+                         estimated_makespan_s=max(finish.values(), default=0.0))

@@ -58,6 +58,8 @@ class Placement:
     devices: Mapping[str, str]
     order: Mapping[str, Sequence[str]] | None = None
     priority: Mapping[str, float] | None = None
+    #: The policy's own prediction of the makespan (list schedulers have one), if any.
+    estimated_makespan_s: float | None = None
 
 
 def order_by_priority(graph: Graph, devices: Mapping[str, str],
@@ -92,13 +94,15 @@ class Plan:
     def __init__(self, graph: Graph, placement: Mapping[str, str],
                  order: Mapping[str, Sequence[str]], *, policy: str = "",
                  priority: Mapping[str, float] | None = None,
-                 placement_s: float = 0.0) -> None:
+                 placement_s: float = 0.0,
+                 estimated_makespan_s: float | None = None) -> None:
         self.graph = graph
         self.placement: dict[str, str] = {op.name: placement.get(op.name, "") for op in graph}
         self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
         self.policy = policy
         self.priority: dict[str, float] = dict(priority or {})
         self.placement_s = placement_s
+        self.estimated_makespan_s = estimated_makespan_s
         self._check_placed(placement)
         self._check_order()
         self.transfers: tuple[Transfer, ...] = self._derive_transfers()
@@ -208,7 +212,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION, "policy": self.policy,
-            "placement_s": self.placement_s, "graph": self.graph.to_dict(),
+            "placement_s": self.placement_s,
+            "estimated_makespan_s": self.estimated_makespan_s, "graph": self.graph.to_dict(),
             "placement": self.placement, "order": {d: list(o) for d, o in self.order.items()},
             "priority": self.priority, "transfers": [t.to_dict() for t in self.transfers],
         }
@@ -220,7 +225,8 @@ class Plan:
                                  f"{data.get('format')!r} version {data.get('version')!r}")
         return cls(Graph.from_dict(data["graph"]), data["placement"], data["order"],
                    policy=data.get("policy", ""), priority=data.get("priority") or None,
-                   placement_s=data.get("placement_s", 0.0))
+                   placement_s=data.get("placement_s", 0.0),
+                   estimated_makespan_s=data.get("estimated_makespan_s"))
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -122,6 +122,8 @@ class _Simulation:
         self.transfers: list[_Transfer] = []
         routes: dict[tuple[str, str], tuple[str, ...]] = {}
         durations: dict[tuple[int, str, str], float] = {}
+        # Transfer time depends on size alone unless the model says otherwise: memoise it.
+        by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         position = a.position
         for k, t in enumerate(self.plan.transfers):
             src, dst, tensor = dev_index[t.src], dev_index[t.dst], a.tensor_index[t.tensor]
@@ -129,10 +131,14 @@ class _Simulation:
             pair = (t.src, t.dst)
             if pair not in routes:
                 routes[pair] = tuple(h.channel for h in self.cluster.route(t.src, t.dst))
-            size = (t.nbytes, t.src, t.dst)
-            if size not in durations:
-                durations[size] = cost.transfer_time(t.nbytes, t.src, t.dst)
-            transfer = _Transfer(k, t.nbytes, src, dst, durations[size], routes[pair],
+            if by_size:
+                size = (t.nbytes, t.src, t.dst)
+                if size not in durations:
+                    durations[size] = cost.transfer_time(t.nbytes, t.src, t.dst)
+                duration = durations[size]
+            else:
+                duration = cost.tensor_transfer_time(t.tensor, t.nbytes, t.src, t.dst)
+            transfer = _Transfer(k, t.nbytes, src, dst, duration, routes[pair],
                                  [position[c] for c in t.consumers], tensor * n_dev + src,
                                  tensor * n_dev + dst)
             self.sends.setdefault(position[t.producer], []).append(transfer)

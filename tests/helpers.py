@@ -49,3 +49,35 @@ class FixedCost(CostModel):
 
     def op_time(self, op: Op, device: str) -> float:
         return self.times.get(op.name, self.default)
+
+
+# Topcuoglu, Hariri and Wu (IEEE TPDS 2002), Fig. 2: ten tasks on three processors.
+TOPCUOGLU_COMP = {1: (14, 16, 9), 2: (13, 19, 18), 3: (11, 13, 19), 4: (13, 8, 17),
+                  5: (12, 13, 10), 6: (13, 16, 9), 7: (7, 15, 11), 8: (5, 11, 14),
+                  9: (18, 12, 20), 10: (21, 7, 16)}
+TOPCUOGLU_EDGES = {(1, 2): 18, (1, 3): 12, (1, 4): 9, (1, 5): 11, (1, 6): 14, (2, 8): 19,
+                   (2, 9): 16, (3, 7): 23, (4, 8): 27, (4, 9): 23, (5, 9): 13, (6, 8): 15,
+                   (7, 10): 17, (8, 10): 11, (9, 10): 13}
+
+
+def topcuoglu_instance(copy_engines: int = 1) -> tuple[Graph, Cluster, CostModel]:
+    """The paper's task graph (one tensor per edge, so each edge has its own cost), three
+    fully connected processors, and its cost matrix as a ``table`` cost model."""
+    from hwmodels import TableCost
+
+    ops = []
+    for t in range(1, 11):
+        outs = tuple(Tensor(f"n{t}->n{b}", (1,)) for (a, b) in TOPCUOGLU_EDGES if a == t)
+        ins = tuple(f"n{a}->n{t}" for (a, b) in TOPCUOGLU_EDGES if b == t)
+        ops.append(Op(f"n{t}", "task", "matmul", inputs=ins,
+                      outputs=outs or (Tensor(f"n{t}.out", (1,)),)))
+    graph = Graph("topcuoglu2002", ops)
+    devices = tuple(Device(f"p{i}", "cpu", peak={"fp32": 1e9}, memory_bytes=2**30,
+                           memory_bandwidth=1e9, copy_engines=copy_engines) for i in (1, 2, 3))
+    cluster = Cluster("three", devices, (Link("p1", "p2", 1e9), Link("p1", "p3", 1e9),
+                                         Link("p2", "p3", 1e9)))
+    cost = TableCost(cluster,
+                     {f"n{t}": {f"p{i + 1}": v for i, v in enumerate(row)}
+                      for t, row in TOPCUOGLU_COMP.items()},
+                     {f"n{a}->n{b}": w for (a, b), w in TOPCUOGLU_EDGES.items()})
+    return graph, cluster, cost

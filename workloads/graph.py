@@ -343,6 +343,10 @@ class Graph:
         """A copy of the op DAG; edges carry ``tensors`` (names) and ``bytes``."""
         return self._nx.copy()
 
+    def to_networkx_view(self) -> nx.DiGraph:
+        """The op DAG itself, read-only (no copy: for algorithms that only look)."""
+        return self._nx.copy(as_view=True)
+
     # -- totals -------------------------------------------------------------------------
 
     @property
