@@ -69,7 +69,7 @@ def topcuoglu_instance(copy_engines: int = 1) -> tuple[Graph, Cluster, CostModel
     for t in range(1, 11):
         outs = tuple(Tensor(f"n{t}->n{b}", (1,)) for (a, b) in TOPCUOGLU_EDGES if a == t)
         ins = tuple(f"n{a}->n{t}" for (a, b) in TOPCUOGLU_EDGES if b == t)
-        ops.append(Op(f"n{t}", "task", "matmul", inputs=ins,
+        ops.append(Op(f"n{t}", "opaque", "matmul", inputs=ins,
                       outputs=outs or (Tensor(f"n{t}.out", (1,)),)))
     graph = Graph("topcuoglu2002", ops)
     devices = tuple(Device(f"p{i}", "cpu", peak={"fp32": 1e9}, memory_bytes=2**30,

@@ -49,6 +49,9 @@ class GraphBuilder:
     def shape(self, tensor: str) -> tuple[int, ...]:
         return self._get(tensor).shape
 
+    def nbytes(self, tensor: str) -> int:
+        return self._get(tensor).nbytes
+
     def _get(self, tensor: str) -> Tensor:
         try:
             return self._tensors[tensor]
@@ -64,28 +67,49 @@ class GraphBuilder:
     def add_op(
         self, kind: str, op_class: str, inputs: Sequence[str], shape: Sequence[int], *,
         name: str | None = None, flops: int = 0, params: int = 0, buffers: int = 0,
-        workspace_bytes: int = 0, view: bool = False, attrs: dict[str, Any] | None = None,
+        workspace_bytes: int = 0, view: bool = False, bytes_read: int | None = None,
+        dtype: str | None = None, attrs: dict[str, Any] | None = None,
     ) -> str:
         """Append one single-output op and return its output tensor's name.
 
-        ``view`` marks an op that only reinterprets its input (no bytes move).
+        ``view`` marks an op that only reinterprets its input (no bytes move);
+        ``bytes_read`` overrides the default (all inputs plus resident state).
         """
+        return self.add_multi(kind, op_class, inputs, [shape], name=name, flops=flops,
+                              params=params, buffers=buffers,
+                              workspace_bytes=workspace_bytes, view=view,
+                              bytes_read=bytes_read, dtype=dtype, attrs=attrs)[0]
+
+    def add_multi(
+        self, kind: str, op_class: str, inputs: Sequence[str],
+        shapes: Sequence[Sequence[int]], *, name: str | None = None, flops: int = 0,
+        params: int = 0, buffers: int = 0, workspace_bytes: int = 0, view: bool = False,
+        bytes_read: int | None = None, dtype: str | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Append an op with one output per shape (named ``op``, or ``op:i`` for several)."""
         op_name = self._name(kind, name)
         for tensor in inputs:
             self._get(tensor)
-        out = Tensor(op_name, tuple(int(d) for d in shape), self.dtype)
-        itemsize = DTYPE_BYTES[self.dtype]
-        param_bytes = (params + buffers) * itemsize
+        dtype = dtype or self.dtype
+        names = [op_name] if len(shapes) == 1 else [f"{op_name}:{i}" for i in range(len(shapes))]
+        outs = [Tensor(n, tuple(int(d) for d in shape), dtype)
+                for n, shape in zip(names, shapes, strict=True)]
+        param_bytes = (params + buffers) * DTYPE_BYTES[self.dtype]
+        if bytes_read is None:
+            bytes_read = sum(self._tensors[t].nbytes for t in dict.fromkeys(inputs)) + param_bytes
         moved = 0 if view else 1
         op = Op(
-            name=op_name, kind=kind, op_class=op_class, inputs=tuple(inputs), outputs=(out,),
-            attrs=attrs or {}, flops=int(flops), params=int(params), param_bytes=param_bytes,
-            bytes_read=moved * (sum(self._tensors[t].nbytes for t in inputs) + param_bytes),
-            bytes_written=moved * out.nbytes, workspace_bytes=workspace_bytes,
+            name=op_name, kind=kind, op_class=op_class, inputs=tuple(inputs),
+            outputs=tuple(outs), attrs=attrs or {}, flops=int(flops), params=int(params),
+            param_bytes=param_bytes, bytes_read=moved * int(bytes_read),
+            bytes_written=moved * sum(t.nbytes for t in outs),
+            workspace_bytes=workspace_bytes,
         )
         self._ops.append(op)
-        self._tensors[op_name] = out
-        return op_name
+        for out in outs:
+            self._tensors[out.name] = out
+        return names
 
     def build(self) -> Graph:
         """The validated graph."""
@@ -93,9 +117,9 @@ class GraphBuilder:
 
     # -- layers -------------------------------------------------------------------------
 
-    def input(self, shape: Sequence[int], name: str = "input") -> str:
+    def input(self, shape: Sequence[int], name: str = "input", dtype: str | None = None) -> str:
         """A graph input (data already resident on its device)."""
-        return self.add_op("input", "source", (), shape, name=name, view=True)
+        return self.add_op("input", "source", (), shape, name=name, view=True, dtype=dtype)
 
     def linear(self, x: str, out_features: int, *, bias: bool = True,
                name: str | None = None) -> str:
@@ -180,17 +204,80 @@ class GraphBuilder:
     def relu(self, x: str, *, name: str | None = None) -> str:
         return self.unary("relu", x, name=name)
 
+    def gelu(self, x: str, *, name: str | None = None) -> str:
+        """GELU, tanh approximation (about eight FLOPs per element)."""
+        return self.unary("gelu", x, flops_per_element=8, name=name)
+
+    def sigmoid(self, x: str, *, name: str | None = None) -> str:
+        return self.unary("sigmoid", x, flops_per_element=4, name=name)
+
+    def mul(self, a: str, b: str, *, name: str | None = None) -> str:
+        """Elementwise product of two tensors of the same shape."""
+        return self._binary("mul", a, b, name)
+
+    def concat(self, xs: Sequence[str], *, axis: int = 1, name: str | None = None) -> str:
+        """Join tensors along ``axis``; the other dimensions must match."""
+        shapes = [self.shape(x) for x in xs]
+        ref = list(shapes[0])
+        for shape in shapes[1:]:
+            if len(shape) != len(ref) or any(a != b for i, (a, b) in
+                                               enumerate(zip(shape, ref, strict=True))
+                                               if i != axis % len(ref)):
+                raise GraphError(f"op {name or 'concat'!r}: shapes must match except on "
+                                 f"axis {axis}, got {shapes}")
+        ref[axis] = sum(s[axis] for s in shapes)
+        return self.add_op("concat", "data_movement", tuple(xs), ref, name=name,
+                           attrs={"axis": axis})
+
+    def reshape(self, x: str, shape: Sequence[int], *, name: str | None = None) -> str:
+        """Reinterpret ``x`` with a new shape of the same size (a view)."""
+        if math.prod(shape) != math.prod(self.shape(x)):
+            raise GraphError(f"op {name or 'reshape'!r}: cannot reshape {self.shape(x)} to "
+                             f"{tuple(shape)}")
+        return self.add_op("reshape", "data_movement", (x,), shape, name=name, view=True)
+
+    def transpose(self, x: str, perm: Sequence[int], *, name: str | None = None) -> str:
+        """Permute dimensions, materialised (a copy, as before a matmul)."""
+        shape = self.shape(x)
+        if sorted(perm) != list(range(len(shape))):
+            raise GraphError(f"op {name or 'transpose'!r}: perm must permute "
+                             f"{list(range(len(shape)))}, got {list(perm)}")
+        return self.add_op("transpose", "data_movement", (x,), [shape[p] for p in perm],
+                           name=name, attrs={"perm": tuple(perm)})
+
+    def embedding(self, ids: str, vocab: int, dim: int, *, name: str | None = None) -> str:
+        """Look rows of a ``vocab x dim`` table up by integer ids (reads only those rows)."""
+        shape = self.shape(ids)
+        rows = math.prod(shape) * dim * DTYPE_BYTES[self.dtype]
+        return self.add_op("embedding", "data_movement", (ids,), (*shape, dim), name=name,
+                           params=vocab * dim, bytes_read=self._get(ids).nbytes + rows,
+                           attrs={"vocab": vocab, "dim": dim})
+
+    def layernorm(self, x: str, *, name: str | None = None) -> str:
+        """Layer norm over the last dimension, with scale and shift."""
+        shape = self.shape(x)
+        return self.add_op("layernorm", "reduction", (x,), shape, name=name,
+                           flops=8 * math.prod(shape), params=2 * shape[-1])
+
+    def adaptive_avg_pool2d(self, x: str, out: int, *, name: str | None = None) -> str:
+        """Average over windows that tile the input into ``out x out`` cells."""
+        n, c, h, w = self._nchw(x, "adaptive_avg_pool2d")
+        return self.add_op("avg_pool2d", "reduction", (x,), (n, c, out, out), name=name,
+                           flops=n * c * h * w, attrs={"output_size": out})
+
     def tanh(self, x: str, *, name: str | None = None) -> str:
         return self.unary("tanh", x, flops_per_element=4, name=name)
 
     def add(self, a: str, b: str, *, name: str | None = None) -> str:
         """Elementwise sum of two tensors of the same shape."""
+        return self._binary("add", a, b, name)
+
+    def _binary(self, kind: str, a: str, b: str, name: str | None) -> str:
         sa, sb = self.shape(a), self.shape(b)
         if sa != sb:
-            raise GraphError(f"op {name or 'add'!r}: input shapes must match, "
+            raise GraphError(f"op {name or kind!r}: input shapes must match, "
                              f"got {sa} and {sb}")
-        return self.add_op("add", "elementwise", (a, b), sa, name=name,
-                           flops=math.prod(sa))
+        return self.add_op(kind, "elementwise", (a, b), sa, name=name, flops=math.prod(sa))
 
     def flatten(self, x: str, *, start_dim: int = 1, name: str | None = None) -> str:
         """Collapse dimensions from ``start_dim`` on (a view: no data moves)."""

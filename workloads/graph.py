@@ -18,6 +18,7 @@ import networkx as nx
 
 from workloads.arrays import GraphArrays
 from workloads.errors import GraphError
+from workloads.kinds import OP_KINDS
 
 __all__ = ["DTYPE_BYTES", "OP_CLASSES", "Edge", "Graph", "Op", "Tensor", "dtype_bytes"]
 
@@ -130,8 +131,9 @@ class Op:
         object.__setattr__(self, "attrs", _freeze(dict(self.attrs)))
         if not self.name:
             raise GraphError("op: name must be a non-empty string, got ''")
-        if not self.kind:
-            raise GraphError(f"op {self.name!r}: kind must be a non-empty string, got ''")
+        if self.kind not in OP_KINDS:
+            raise GraphError(f"op {self.name!r}: kind must be a known op kind (see "
+                             f"workloads.kinds.OP_KINDS), got {self.kind!r}")
         if self.op_class not in OP_CLASSES:
             raise GraphError(
                 f"op {self.name!r}: op_class must be one of {', '.join(OP_CLASSES)}, "

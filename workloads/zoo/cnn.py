@@ -1,59 +1,11 @@
-"""The model zoo: named graph constructors, each parameterised by batch size.
-
->>> from workloads.zoo import build_model, list_models
->>> "resnet50" in list_models()
-True
->>> build_model("resnet50", batch=1).params
-25557032
-"""
+"""Convolutional networks: LeNet-5, AlexNet, VGG-16, ResNet-50, Inception v3."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from workloads.builder import GraphBuilder
-from workloads.errors import RegistryError
 from workloads.graph import Graph
 
-__all__ = ["build_model", "list_models", "lenet5", "mlp", "register_model", "resnet50"]
-
-ModelFn = Callable[..., Graph]
-_MODELS: dict[str, ModelFn] = {}
-
-
-def register_model(name: str, fn: ModelFn) -> None:
-    """Add a model constructor ``fn(batch=..., dtype=...) -> Graph`` under ``name``."""
-    if name in _MODELS:
-        raise RegistryError(f"model {name!r} is already registered")
-    _MODELS[name] = fn
-
-
-def list_models() -> list[str]:
-    return sorted(_MODELS)
-
-
-def build_model(name: str, *, batch: int = 1, dtype: str = "fp32") -> Graph:
-    """Construct zoo model ``name`` at batch size ``batch``."""
-    try:
-        fn = _MODELS[name]
-    except KeyError:
-        raise RegistryError(
-            f"unknown model {name!r}; expected one of: {', '.join(list_models())}"
-        ) from None
-    if not isinstance(batch, int) or batch < 1:
-        raise RegistryError(f"model {name!r}: batch must be an int >= 1, got {batch!r}")
-    return fn(batch=batch, dtype=dtype)
-
-
-def mlp(batch: int = 1, dtype: str = "fp32", in_features: int = 784,
-        hidden: tuple[int, ...] = (1024, 1024), classes: int = 10) -> Graph:
-    """A multi-layer perceptron with ReLU between layers and a softmax head."""
-    b = GraphBuilder("mlp", dtype)
-    x = b.input((batch, in_features))
-    for i, width in enumerate(hidden, 1):
-        x = b.relu(b.linear(x, width, name=f"fc{i}"), name=f"relu{i}")
-    b.softmax(b.linear(x, classes, name=f"fc{len(hidden) + 1}"), name="softmax")
-    return b.build()
+__all__ = ["alexnet", "lenet5", "resnet50", "vgg16"]
 
 
 def lenet5(batch: int = 1, dtype: str = "fp32") -> Graph:
@@ -104,6 +56,36 @@ def resnet50(batch: int = 1, dtype: str = "fp32", image: int = 224,
     return b.build()
 
 
-register_model("mlp", mlp)
-register_model("lenet5", lenet5)
-register_model("resnet50", resnet50)
+def alexnet(batch: int = 1, dtype: str = "fp32") -> Graph:
+    """AlexNet as in torchvision (Krizhevsky et al. 2012, one-GPU variant of
+    Krizhevsky 2014): 61,100,840 parameters at 224x224."""
+    b = GraphBuilder("alexnet", dtype)
+    x = b.input((batch, 3, 224, 224))
+    for i, (out, k, s, p, pool) in enumerate(((64, 11, 4, 2, True), (192, 5, 1, 2, True),
+                                              (384, 3, 1, 1, False), (256, 3, 1, 1, False),
+                                              (256, 3, 1, 1, True)), 1):
+        x = b.relu(b.conv2d(x, out, k, stride=s, padding=p, bias=True, name=f"conv{i}"))
+        if pool:
+            x = b.max_pool2d(x, 3, stride=2, name=f"pool{i}")
+    x = b.flatten(b.adaptive_avg_pool2d(x, 6, name="avgpool"))
+    x = b.relu(b.linear(x, 4096, name="fc6"))
+    x = b.relu(b.linear(x, 4096, name="fc7"))
+    b.softmax(b.linear(x, 1000, name="fc8"))
+    return b.build()
+
+
+def vgg16(batch: int = 1, dtype: str = "fp32") -> Graph:
+    """VGG-16, configuration D of Simonyan and Zisserman (2015), without batch norm as in
+    torchvision: 138,357,544 parameters."""
+    b = GraphBuilder("vgg16", dtype)
+    x = b.input((batch, 3, 224, 224))
+    for stage, (width, convs) in enumerate(((64, 2), (128, 2), (256, 3), (512, 3), (512, 3)),
+                                           1):
+        for i in range(1, convs + 1):
+            x = b.relu(b.conv2d(x, width, 3, padding=1, bias=True, name=f"conv{stage}_{i}"))
+        x = b.max_pool2d(x, 2, name=f"pool{stage}")
+    x = b.flatten(b.adaptive_avg_pool2d(x, 7, name="avgpool"))
+    x = b.relu(b.linear(x, 4096, name="fc6"))
+    x = b.relu(b.linear(x, 4096, name="fc7"))
+    b.softmax(b.linear(x, 1000, name="fc8"))
+    return b.build()

@@ -1,0 +1,49 @@
+"""The op kinds placelab knows, each with the op class a cost model treats it as.
+
+A graph may only hold ops of these kinds (importers map foreign operators onto them; an
+operator with no cost formula becomes ``opaque``, costed by the bytes it moves). A new kind
+registers with :func:`register_op_kind`.
+"""
+
+from __future__ import annotations
+
+from workloads.errors import GraphError
+
+__all__ = ["OP_KINDS", "register_op_kind"]
+
+#: kind -> the op class it is costed as (``any``: the op states its own class).
+OP_KINDS: dict[str, str] = {
+    # sources
+    "input": "source",
+    # dense algebra
+    "linear": "matmul", "matmul": "matmul", "conv2d": "conv", "embedding": "data_movement",
+    # elementwise
+    "relu": "elementwise", "tanh": "elementwise", "sigmoid": "elementwise",
+    "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",
+    "batchnorm": "elementwise", "dropout": "elementwise", "lstm_cell": "elementwise",
+    "fused_elementwise": "elementwise", "clip": "elementwise",
+    # reductions and windows
+    "max_pool2d": "reduction", "avg_pool2d": "reduction", "global_avg_pool": "reduction",
+    "softmax": "reduction", "layernorm": "reduction", "lrn": "reduction",
+    "cross_entropy": "reduction",
+    # layout
+    "flatten": "data_movement", "reshape": "data_movement", "transpose": "data_movement",
+    "concat": "data_movement", "split": "data_movement", "pad": "data_movement",
+    # training
+    "backward": "any", "sgd_update": "elementwise", "momentum_update": "elementwise",
+    "adam_update": "elementwise",
+    # foreign operators without a cost formula, synthetic benchmark ops
+    "opaque": "any", "synthetic": "any",
+}
+
+
+def register_op_kind(kind: str, op_class: str) -> None:
+    """Make ``kind`` known, costed as ``op_class`` (``any`` to let each op say)."""
+    from workloads.graph import OP_CLASSES
+
+    if kind in OP_KINDS:
+        raise GraphError(f"op kind {kind!r} is already registered")
+    if op_class != "any" and op_class not in OP_CLASSES:
+        raise GraphError(f"op kind {kind!r}: op_class must be one of "
+                         f"{', '.join(OP_CLASSES)} or 'any', got {op_class!r}")
+    OP_KINDS[kind] = op_class

@@ -1,0 +1,127 @@
+"""Sequence models: an unrolled LSTM language model, BERT-base, GPT-2 small.
+
+Weights shared across time steps (the LSTM's) or tied (GPT-2's output head) are counted
+once, on the op that first uses them; later users read them (their ``bytes_read``) but hold
+no ``params`` and name the owner in ``attrs["shares"]``.
+"""
+
+from __future__ import annotations
+
+from workloads.builder import GraphBuilder
+from workloads.graph import DTYPE_BYTES, Graph
+
+__all__ = ["bert_base", "gpt2_small", "lstm"]
+
+
+def _shared_linear(b: GraphBuilder, x: str, out: int, owner: str, *, bias: bool,
+                   name: str) -> str:
+    """``x @ W (+ b)`` with the weights of op ``owner`` (read, not owned)."""
+    *lead, features = b.shape(x)
+    rows = 1
+    for d in lead:
+        rows *= d
+    weights = (features * out + (out if bias else 0)) * DTYPE_BYTES[b.dtype]
+    return b.add_op("linear", "matmul", (x,), (*lead, out), name=name,
+                    flops=2 * rows * features * out + (rows * out if bias else 0),
+                    bytes_read=b.nbytes(x) + weights,
+                    attrs={"in_features": features, "out_features": out, "bias": bias,
+                           "shares": owner})
+
+
+def lstm(batch: int = 1, dtype: str = "fp32", seq_len: int = 35, layers: int = 2,
+         hidden: int = 650, vocab: int = 10000) -> Graph:
+    """An LSTM language model unrolled over ``seq_len`` steps (defaults: the "medium"
+    model of Zaremba et al. 2014). Each layer has PyTorch's ``nn.LSTM`` parameters,
+    ``4 * (in * hidden + hidden * hidden + 2 * hidden)``."""
+    b = GraphBuilder("lstm", dtype)
+    ids = b.input((batch, seq_len), name="tokens", dtype="int64")
+    emb = b.embedding(ids, vocab, hidden, name="embedding")
+    xs = b.add_multi("split", "data_movement", (emb,), [(batch, hidden)] * seq_len,
+                     name="embedding.split")
+    for layer in range(layers):
+        h = b.input((batch, hidden), name=f"h0.{layer}")
+        c = b.input((batch, hidden), name=f"c0.{layer}")
+        outs = []
+        for t, x in enumerate(xs):
+            n = f"l{layer}.t{t}"
+            if t == 0:
+                gx = b.linear(x, 4 * hidden, name=f"{n}.w_ih")
+                gh = b.linear(h, 4 * hidden, name=f"{n}.w_hh")
+            else:
+                gx = _shared_linear(b, x, 4 * hidden, f"l{layer}.t0.w_ih", bias=True,
+                                    name=f"{n}.w_ih")
+                gh = _shared_linear(b, h, 4 * hidden, f"l{layer}.t0.w_hh", bias=True,
+                                    name=f"{n}.w_hh")
+            h, c = b.add_multi("lstm_cell", "elementwise", (gx, gh, c),
+                               [(batch, hidden), (batch, hidden)], name=f"{n}.cell",
+                               flops=30 * batch * hidden)
+            outs.append(h)
+        xs = outs
+    seq = b.concat([b.reshape(h, (batch, 1, hidden)) for h in xs], axis=1, name="outputs")
+    b.softmax(b.linear(seq, vocab, name="decoder"), name="softmax")
+    return b.build()
+
+
+def _attention(b: GraphBuilder, q: str, k: str, v: str, heads: int, n: str) -> str:
+    batch, seq, dim = b.shape(q)
+    hd = dim // heads
+    qh = b.transpose(b.reshape(q, (batch, seq, heads, hd), name=f"{n}.q.split"),
+                     (0, 2, 1, 3), name=f"{n}.q.heads")
+    kt = b.transpose(b.reshape(k, (batch, seq, heads, hd), name=f"{n}.k.split"),
+                     (0, 2, 3, 1), name=f"{n}.k.heads")
+    vh = b.transpose(b.reshape(v, (batch, seq, heads, hd), name=f"{n}.v.split"),
+                     (0, 2, 1, 3), name=f"{n}.v.heads")
+    scores = b.unary("mul", b.matmul(qh, kt, name=f"{n}.scores"), name=f"{n}.scale")
+    ctx = b.matmul(b.softmax(scores, name=f"{n}.softmax"), vh, name=f"{n}.context")
+    ctx = b.transpose(ctx, (0, 2, 1, 3), name=f"{n}.merge")
+    return b.reshape(ctx, (batch, seq, dim), name=f"{n}.merged")
+
+
+def bert_base(batch: int = 1, dtype: str = "fp32", seq_len: int = 128, layers: int = 12,
+              dim: int = 768, heads: int = 12, vocab: int = 30522) -> Graph:
+    """BERT-base encoder with pooler (Devlin et al. 2019; Hugging Face
+    ``bert-base-uncased``): 109,482,240 parameters."""
+    b = GraphBuilder("bert_base", dtype)
+    ids = b.input((batch, seq_len), name="input_ids", dtype="int64")
+    pos = b.input((batch, seq_len), name="position_ids", dtype="int64")
+    typ = b.input((batch, seq_len), name="token_type_ids", dtype="int64")
+    x = b.add(b.add(b.embedding(ids, vocab, dim, name="embeddings.word"),
+                    b.embedding(pos, 512, dim, name="embeddings.position")),
+              b.embedding(typ, 2, dim, name="embeddings.token_type"))
+    x = b.layernorm(x, name="embeddings.ln")
+    for i in range(layers):
+        n = f"layer{i}"
+        q, k, v = (b.linear(x, dim, name=f"{n}.{w}") for w in ("query", "key", "value"))
+        a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.out")
+        x = b.layernorm(b.add(a, x, name=f"{n}.attn.residual"), name=f"{n}.attn.ln")
+        f = b.linear(b.gelu(b.linear(x, 4 * dim, name=f"{n}.ffn.up"), name=f"{n}.ffn.gelu"),
+                     dim, name=f"{n}.ffn.down")
+        x = b.layernorm(b.add(f, x, name=f"{n}.ffn.residual"), name=f"{n}.ffn.ln")
+    cls = b.add_op("split", "data_movement", (x,), (batch, dim), name="pooler.cls",
+                   bytes_read=batch * dim * DTYPE_BYTES[dtype])
+    b.tanh(b.linear(cls, dim, name="pooler.dense"), name="pooler")
+    return b.build()
+
+
+def gpt2_small(batch: int = 1, dtype: str = "fp32", seq_len: int = 1024, layers: int = 12,
+               dim: int = 768, heads: int = 12, vocab: int = 50257) -> Graph:
+    """GPT-2 small decoder (Radford et al. 2019; Hugging Face ``gpt2``), output head tied
+    to the token embedding: 124,439,808 parameters."""
+    b = GraphBuilder("gpt2_small", dtype)
+    ids = b.input((batch, seq_len), name="input_ids", dtype="int64")
+    pos = b.input((batch, seq_len), name="position_ids", dtype="int64")
+    x = b.add(b.embedding(ids, vocab, dim, name="wte"),
+              b.embedding(pos, 1024, dim, name="wpe"))
+    for i in range(layers):
+        n = f"h{i}"
+        qkv = b.linear(b.layernorm(x, name=f"{n}.ln_1"), 3 * dim, name=f"{n}.attn.c_attn")
+        q, k, v = b.add_multi("split", "data_movement", (qkv,), [(batch, seq_len, dim)] * 3,
+                              name=f"{n}.attn.split")
+        a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.c_proj")
+        x = b.add(x, a, name=f"{n}.attn.residual")
+        m = b.linear(b.layernorm(x, name=f"{n}.ln_2"), 4 * dim, name=f"{n}.mlp.c_fc")
+        m = b.linear(b.gelu(m, name=f"{n}.mlp.gelu"), dim, name=f"{n}.mlp.c_proj")
+        x = b.add(x, m, name=f"{n}.mlp.residual")
+    x = b.layernorm(x, name="ln_f")
+    b.softmax(_shared_linear(b, x, vocab, "wte", bias=False, name="lm_head"), name="softmax")
+    return b.build()
