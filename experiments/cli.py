@@ -28,6 +28,7 @@ from policies.bounds import lower_bound
 from sim.engine import ORDERS, simulate
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
+from workloads.training import OPTIMIZERS, training_graph
 from workloads.zoo import build_model, list_models
 
 __all__ = ["main"]
@@ -75,14 +76,18 @@ def _load_graph(args: argparse.Namespace) -> Graph:
         except OSError as err:
             raise PlacelabError(f"graph file {str(path)!r}: cannot read it: "
                                 f"{err.strerror}") from err
-        return Graph.from_json(text)
-    return build_model(args.model, batch=args.batch)
+        graph = Graph.from_json(text)
+    else:
+        graph = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    return training_graph(graph, args.optimizer) if args.train else graph
 
 
 def _cmd_model_show(args: argparse.Namespace) -> None:
-    summary = build_model(args.name, batch=args.batch).summary()
-    summary["batch"] = args.batch
-    text = "\n".join(f"{k:>17}: {v:,}" if isinstance(v, int) else f"{k:>17}: {v}"
+    args.model, args.graph = args.name, None
+    summary = _load_graph(args).summary()
+    summary.update(batch=args.batch, train=args.train,
+                   optimizer=args.optimizer if args.train else None)
+    text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
                      for k, v in summary.items())
     _emit(args, summary, text)
 
@@ -161,7 +166,7 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
     policies = "all" if args.policies == "all" else _split(args.policies)
     df = compare(_split(args.model), _split(args.cluster), policies, batch=args.batch,
-                 cost=args.cost)
+                 cost=args.cost, train=args.train, optimizer=args.optimizer)
     if args.out:
         write_results(df, args.out)
     if args.plot:
@@ -188,6 +193,17 @@ def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
+    p.add_argument("--batch", type=_positive_int, default=1)
+    if seq_len:
+        p.add_argument("--seq-len", type=_positive_int, default=None,
+                       help="tokens per sequence (sequence models)")
+    p.add_argument("--train", action="store_true",
+                   help="a whole training step: forward, loss, backward, weight update")
+    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd",
+                   help="optimizer of the training step (default: sgd)")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -212,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
     p = msub.add_parser("show", help="ops, parameters, FLOPs and bytes of a zoo model")
     p.add_argument("name")
-    p.add_argument("--batch", type=_positive_int, default=1)
+    _add_workload(p)
     _add_json(p)
     p.set_defaults(func=_cmd_model_show)
 
@@ -239,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost", default="roofline",
                    help="cost model: roofline (default), table, calibrated")
     p.add_argument("--cost-file", help="the table or calibration file the cost model reads")
-    p.add_argument("--batch", type=_positive_int, default=1)
+    _add_workload(p)
     p.add_argument("--order", choices=ORDERS, default="plan",
                    help="plan: devices follow the plan's order; priority: each device "
                         "starts its highest-priority ready op")
@@ -253,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", required=True, help="cluster name(s), comma-separated")
     p.add_argument("--policies", default="all", help="comma-separated names, or all")
     p.add_argument("--cost", default="roofline")
-    p.add_argument("--batch", type=_positive_int, default=1)
+    _add_workload(p, seq_len=False)
     p.add_argument("--out", help="results table (.parquet, or .csv)")
     p.add_argument("--plot", help="bar chart (.png or .svg)")
     _add_json(p)

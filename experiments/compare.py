@@ -14,15 +14,22 @@ from policies.base import POLICIES, plan
 from policies.bounds import lower_bound
 from sim.engine import simulate
 from workloads.graph import Graph
+from workloads.training import training_graph
 from workloads.zoo import build_model
 
 __all__ = ["RESULT_COLUMNS", "compare", "run_one"]
 
 RESULT_COLUMNS: tuple[str, ...] = (
-    "model", "batch", "cluster", "policy", "makespan_s", "lower_bound_s", "makespan_over_bound",
+    "model", "batch", "step", "cluster", "policy", "makespan_s", "lower_bound_s",
+    "makespan_over_bound",
     "feasible", "reason", "placement_s", "simulation_s", "transfer_bytes",
     "peak_memory_bytes", "devices_used", "mean_utilization", "speedup_vs_single_device",
 )
+
+
+def _step(graph: Graph) -> str:
+    """``forward``, or ``train.<optimizer>`` for a training graph."""
+    return graph.name.split(".", 1)[1] if "." in graph.name else "forward"
 
 
 def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "roofline",
@@ -36,7 +43,8 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
     bound = lower_bound(graph, cluster, cost_model)
     used = [d for d in cluster.device_names if d in p.order]
     return {
-        "model": graph.name, "batch": batch, "cluster": cluster.name, "policy": policy,
+        "model": graph.name.split(".")[0], "batch": batch, "step": _step(graph),
+        "cluster": cluster.name, "policy": policy,
         "makespan_s": result.makespan_s, "lower_bound_s": bound,
         "makespan_over_bound": result.makespan_s / bound if bound > 0 else float("nan"),
         "feasible": result.feasible,
@@ -50,11 +58,13 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
 
 def compare(models: Sequence[str], clusters: Sequence[str] | str,
             policies: Sequence[str] | str = "all", *, batch: int = 1,
-            cost: str = "roofline") -> pd.DataFrame:
+            cost: str = "roofline", train: bool = False,
+            optimizer: str = "sgd") -> pd.DataFrame:
     """Every model x cluster x policy, simulated; one row each (see ``RESULT_COLUMNS``).
 
     ``speedup_vs_single_device`` is the single-device makespan over the row's makespan
-    (present when ``single_device`` is among the policies).
+    (present when ``single_device`` is among the policies). ``train`` simulates a whole
+    training step (``workloads.training_graph`` with ``optimizer``) instead of a forward pass.
 
     >>> df = compare(["mlp"], "workstation", ["single_device", "heft"], batch=8)
     >>> list(df["policy"])
@@ -67,6 +77,8 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
     rows = []
     for model in models:
         graph = build_model(model, batch=batch)
+        if train:
+            graph = training_graph(graph, optimizer)
         for cluster_name in clusters:
             cluster = get_cluster(cluster_name)
             for policy in names:

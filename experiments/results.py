@@ -38,7 +38,8 @@ def read_results(path: str | Path) -> pd.DataFrame:
 def format_table(df: pd.DataFrame) -> str:
     """The comparison as a fixed-width text table, times in milliseconds."""
     view = pd.DataFrame({
-        "model": df["model"], "cluster": df["cluster"], "policy": df["policy"],
+        "model": df["model"], "step": df["step"], "cluster": df["cluster"],
+        "policy": df["policy"],
         "makespan_ms": (df["makespan_s"] * 1e3).round(3),
         "speedup": df["speedup_vs_single_device"].round(2),
         "vs_bound": df["makespan_over_bound"].round(2),

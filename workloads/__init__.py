@@ -17,11 +17,12 @@ from workloads.errors import (
     RegistryError,
 )
 from workloads.graph import DTYPE_BYTES, OP_CLASSES, Edge, Graph, Op, Tensor, dtype_bytes
+from workloads.training import OPTIMIZERS, training_graph
 from workloads.zoo import build_model, list_models, register_model
 
 __all__ = [
-    "DTYPE_BYTES", "OP_CLASSES", "CalibrationError", "Edge", "Graph", "GraphBuilder",
+    "DTYPE_BYTES", "OPTIMIZERS", "OP_CLASSES", "CalibrationError", "Edge", "Graph", "GraphBuilder",
     "GraphError", "HardwareSpecError", "Op", "OutOfMemory", "PlacelabError",
     "PlacementError", "RegistryError", "Tensor", "build_model", "dtype_bytes",
-    "list_models", "register_model",
+    "list_models", "register_model", "training_graph",
 ]

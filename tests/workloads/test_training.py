@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import pytest
+
+from hwmodels import RooflineCost, get_cluster
+from policies import Plan
+from sim import simulate
+from workloads import GraphError, build_model
+from workloads.training import OPTIMIZERS, training_graph
+
+
+def test_a_step_costs_about_three_forwards_for_conv_and_matmul_nets() -> None:
+    fwd = build_model("resnet50", batch=8)
+    step = training_graph(fwd)
+    # dX and dW each cost a forward for every conv/linear except dX of the first conv.
+    first = fwd.op("conv1").flops
+    dense = sum(op.flops for op in fwd if op.op_class in ("matmul", "conv"))
+    other = fwd.flops - dense
+    sgd = 2 * fwd.params
+    loss = 4 * fwd.op("softmax").output.numel
+    assert step.flops == fwd.flops + 2 * dense - first + other + sgd + loss
+    assert 2.9 < step.flops / fwd.flops < 3.0
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_every_weight_is_updated_once_with_its_optimizer_state(optimizer: str) -> None:
+    fwd = build_model("lstm", batch=2, seq_len=4)
+    step = training_graph(fwd, optimizer)
+    updates = [op for op in step if op.kind == OPTIMIZERS[optimizer].kind]
+    owners = {op.attrs["weights_of"] for op in updates}
+    assert owners == {op.name for op in fwd if op.params}
+    state = OPTIMIZERS[optimizer].state_per_param
+    assert sum(op.param_bytes for op in updates) == state * 4 * fwd.params
+    # weights shared over time steps: one update reads every step's gradient
+    w_ih = next(op for op in updates if op.attrs["weights_of"] == "l0.t0.w_ih")
+    assert len(w_ih.inputs) == 4
+    assert step.params == fwd.params
+
+
+def test_backward_ops_cover_the_path_to_the_loss_only() -> None:
+    fwd = build_model("inception_v3")
+    step = training_graph(fwd)
+    backward = {op.attrs["of"] for op in step if op.kind == "backward"}
+    assert "fc" in backward and "Conv2d_1a_3x3.conv" in backward
+    assert not any(name.startswith("AuxLogits") for name in backward)  # second output
+    assert "input" not in backward
+
+
+def test_activations_stay_alive_until_their_backward_op() -> None:
+    fwd = build_model("mlp", batch=64)
+    step = training_graph(fwd, "momentum")
+    cluster = get_cluster("workstation")
+    order = step.topological_order()
+    plan = Plan(step, dict.fromkeys(order, "gpu0"), {"gpu0": order})
+    result = simulate(plan, cluster, RooflineCost(cluster))
+    saved = {t for op in step if op.kind == "backward" for t in op.inputs
+             if t in {o.name for f in fwd for o in f.outputs}}
+    resident = sum(op.param_bytes for op in step)
+    assert result.peak_memory_bytes["gpu0"] >= resident + sum(
+        step.tensor(t).nbytes for t in saved)
+    assert result.resident_bytes["gpu0"] == resident == 2 * fwd.param_bytes
+
+
+def test_unknown_optimizer_is_named() -> None:
+    with pytest.raises(GraphError, match="optimizer must be one of sgd, momentum, adam, "
+                                         "got 'lion'"):
+        training_graph(build_model("mlp"), "lion")
