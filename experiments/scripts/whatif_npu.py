@@ -37,7 +37,7 @@ def npu_spec():
     return loads(text, source="whatif-npu.toml", known_models=get_device).devices["whatif-npu"]
 
 
-def sweep(bandwidths_tbps: list[float], capacities_gib: list[int], batch: int,
+def sweep(bandwidths_tbps: list[float], capacities_gib: list[float], batch: int,
           seq_len: int = 1024) -> pd.DataFrame:
     base = npu_spec()
     step = training_graph(build_model("gpt2_small", batch=batch, dtype="bf16",
@@ -46,7 +46,7 @@ def sweep(bandwidths_tbps: list[float], capacities_gib: list[int], batch: int,
     for capacity in capacities_gib:
         for bandwidth in bandwidths_tbps:
             spec = dataclasses.replace(base, name="npu0", memory_bandwidth=bandwidth * 1e12,
-                                       memory_bytes=capacity * GIB)
+                                       memory_bytes=int(capacity * GIB))
             cluster = Cluster("one-npu", (spec,))
             cost = RooflineCost(cluster)
             result = simulate(plan(step, cluster, "single_device", cost), cluster, cost)
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     parser.add_argument("--quick", action="store_true", help="a small sweep (for tests)")
     args = parser.parse_args(argv)
     if args.quick:
-        df = sweep([1.0, 4.0], [1, 64], batch=1, seq_len=256)
+        df = sweep([1.0, 4.0], [0.5, 64], batch=1, seq_len=256)
     else:
         df = sweep([0.5, 1.0, 2.0, 4.0, 8.0], [8, 12, 16, 24], batch=8)
     out = Path(args.out)
