@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,6 +29,7 @@ from policies.bounds import lower_bound
 from sim.engine import ORDERS, simulate
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
+from workloads.io import write_text_atomic
 from workloads.training import OPTIMIZERS, training_graph
 from workloads.zoo import build_model, list_models
 
@@ -89,6 +91,24 @@ def _cmd_model_show(args: argparse.Namespace) -> None:
                    optimizer=args.optimizer if args.train else None)
     text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
                      for k, v in summary.items())
+    _emit(args, summary, text)
+
+
+def _cmd_model_import(args: argparse.Namespace) -> None:
+    from workloads.importers import import_onnx
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = import_onnx(args.file, batch=args.batch)
+    notes = [str(w.message) for w in caught]
+    for note in notes:
+        sys.stderr.write(f"placelab: warning: {note}\n")
+    summary = {**graph.summary(), "batch": args.batch, "warnings": notes}
+    if args.save:
+        write_text_atomic(args.save, graph.to_json())
+        summary["saved"] = args.save
+    text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
+                     for k, v in summary.items() if k != "warnings")
     _emit(args, summary, text)
 
 
@@ -231,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_workload(p)
     _add_json(p)
     p.set_defaults(func=_cmd_model_show)
+
+    p = msub.add_parser("import", help="the same summary for an ONNX model")
+    p.add_argument("file")
+    p.add_argument("--batch", type=_positive_int, default=1,
+                   help="value of symbolic (batch) dimensions")
+    p.add_argument("--save", help="also write the imported graph as JSON (for --graph)")
+    _add_json(p)
+    p.set_defaults(func=_cmd_model_import)
 
     hw = sub.add_parser("hw", help="the hardware catalog: list, show, register")
     hsub = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser)

@@ -120,3 +120,29 @@ def test_demo_writes_its_outputs(capsys, tmp_path) -> None:
     assert code == 0
     assert (tmp_path / "results.parquet").exists() and (tmp_path / "compare.png").exists()
     assert report["best_policy"] in {r["policy"] for r in report["rows"]}
+
+
+def test_model_import_json_and_bad_file(capsys, tmp_path) -> None:
+    onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    from pathlib import Path
+
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    saved = tmp_path / "g.json"
+    code, out, _ = run(capsys, "model", "import", str(light / "light_squeezenet.onnx"),
+                       "--json", "--save", str(saved))
+    data = json.loads(out)
+    assert code == 0 and data["params"] == 1_235_496 and data["warnings"] == []
+    code, out, _ = run(capsys, "simulate", "--graph", str(saved), "--cluster", "workstation",
+                       "--policy", "heft", "--json")
+    assert code == 0 and json.loads(out)["model"] == "light_squeezenet"
+    bad = tmp_path / "x.onnx"
+    bad.write_text("nope")
+    code, _, err = run(capsys, "model", "import", str(bad))
+    assert code == 2 and "expected an ONNX model" in err and len(err.splitlines()) == 1
+
+
+def test_model_show_train(capsys) -> None:
+    code, out, _ = run(capsys, "model", "show", "lstm", "--seq-len", "4", "--train",
+                       "--optimizer", "adam", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["name"] == "lstm.train.adam" and data["optimizer"] == "adam"

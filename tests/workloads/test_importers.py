@@ -1,0 +1,121 @@
+"""ONNX and torch.fx import, checked against the zoo and against published counts."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from workloads import GraphError, build_model
+
+onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+# Published parameter counts of the same networks (Caffe/Caffe2 model zoo; torchvision).
+PUBLISHED = {"light_resnet50": 25_557_032, "light_vgg19": 143_667_240,
+             "light_bvlc_alexnet": 60_965_224, "light_squeezenet": 1_235_496}
+
+
+def _import(path: Path):
+    from workloads.importers import import_onnx
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every operator of these models has a formula
+        return import_onnx(path)
+
+
+@pytest.mark.parametrize("path", sorted(LIGHT.glob("*.onnx")), ids=lambda p: p.stem)
+def test_every_shipped_onnx_model_imports(path: Path) -> None:
+    g = _import(path)
+    assert len(g) > 10 and g.params > 0 and g.flops > 0
+    assert all(op.kind != "opaque" for op in g)
+    if path.stem in PUBLISHED:
+        assert g.params == PUBLISHED[path.stem]
+
+
+def test_onnx_resnet50_equals_the_zoo_resnet50() -> None:
+    imported, zoo = _import(LIGHT / "light_resnet50.onnx"), build_model("resnet50")
+    assert imported.params == zoo.params
+    assert imported.flops / 2 == pytest.approx(zoo.flops / 2, rel=0.005)
+
+
+def test_unknown_operator_is_kept_opaque_with_one_warning(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from workloads.importers import import_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Erf", ["r"], ["e"], name="erf1"),
+             helper.make_node("Erf", ["e"], ["y"], name="erf2")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.warns(UserWarning, match=r"without a cost formula \(bytes only\): Erf x2"):
+        g = import_onnx(path, batch=4)
+    erf = g.op("erf1")
+    assert erf.kind == "opaque" and erf.bytes_read == 4 * 16 * 4
+    assert g.op("relu").output.shape == (4, 16)  # symbolic batch took the given value
+
+
+def test_malformed_onnx_file_is_a_graph_error(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not a protobuf")
+    with pytest.raises(GraphError, match=r"bad.onnx: expected an ONNX model, got"):
+        import_onnx(bad)
+    with pytest.raises(GraphError, match="no such file"):
+        import_onnx(tmp_path / "absent.onnx")
+
+
+def test_torch_modules_import() -> None:
+    torch = pytest.importorskip("torch", reason="the torch extra is not installed")
+    from torch import nn
+
+    from workloads.importers import import_torch
+
+    class SmallCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+            self.c2, self.fc = nn.Conv2d(16, 32, 3, padding=1), nn.Linear(32, 10)
+            self.pool, self.gap = nn.MaxPool2d(2), nn.AdaptiveAvgPool2d(1)
+
+        def forward(self, x):
+            x = self.pool(torch.relu(self.bn(self.c1(x))))
+            return self.fc(self.gap(torch.relu(self.c2(x))).flatten(1))
+
+    class Block(nn.Module):
+        def __init__(self, d: int = 64, heads: int = 4) -> None:
+            super().__init__()
+            self.heads, self.qkv, self.proj = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.up, self.down, self.act = nn.Linear(d, 4 * d), nn.Linear(4 * d, d), nn.GELU()
+
+        def forward(self, x):
+            b, t, d = x.shape
+            h = self.heads
+            q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+            q = q.view(b, t, h, d // h).transpose(1, 2)
+            k = k.view(b, t, h, d // h).transpose(1, 2)
+            v = v.view(b, t, h, d // h).transpose(1, 2)
+            a = torch.softmax(q @ k.transpose(-2, -1) / 8.0, dim=-1) @ v
+            x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
+            return x + self.down(self.act(self.up(self.ln2(x))))
+
+    cnn = SmallCNN()
+    g = import_torch(cnn, [torch.zeros(2, 3, 32, 32)])
+    assert g.params == sum(p.numel() for p in cnn.parameters())
+    c1 = g.op("c1")
+    assert c1.flops == 2 * (2 * 16 * 32 * 32) * (3 * 9) + 2 * 16 * 32 * 32
+    # weight, bias, running mean and var in fp32; num_batches_tracked in int64
+    assert g.op("bn").param_bytes == 4 * 16 * 4 + 8
+    block = Block()
+    t = import_torch(block, [torch.zeros(2, 16, 64)])
+    assert t.params == sum(p.numel() for p in block.parameters())
+    matmuls = [op for op in t if op.kind == "matmul"]
+    assert [op.flops for op in matmuls] == [2 * 2 * 4 * 16 * 16 * 16] * 2
+    # every op after the input is connected to it (the chunk's items depend on qkv)
+    assert all(t.predecessors(op.name) for op in t if op.kind != "input")

@@ -1,0 +1,243 @@
+"""ONNX models as placelab graphs (needs the ``onnx`` extra).
+
+Shapes come from ONNX shape inference (symbolic dimensions take ``batch``). Constant tensors
+(initializers, and whatever nodes compute from constants alone, such as ``ConstantOfShape``
+weights) are folded away: a floating-point constant read by an op is that op's parameters
+(batch-norm mean and variance count as buffers), an integer one (a shape, axes) is an
+attribute. Every other node becomes an op with a cost formula; an operator without one is
+imported as ``opaque`` (costed by the bytes it moves) and named in one warning.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workloads.errors import GraphError
+from workloads.graph import Graph, Op, Tensor
+
+__all__ = ["import_onnx"]
+
+_DTYPES = {1: "fp32", 2: "int8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "fp16",
+           11: "fp64", 16: "bf16"}
+_FLOAT = {"fp32", "fp16", "bf16", "fp64"}
+
+
+@dataclass
+class _Node:
+    """What a cost formula sees of one ONNX node."""
+
+    op_type: str
+    inputs: list[Tensor]            # dynamic inputs
+    consts: list[tuple[int, Tensor]]  # (input position, constant) pairs
+    outputs: list[Tensor]
+    attrs: dict[str, Any]
+
+
+def _numel(t: Tensor) -> int:
+    return math.prod(t.shape)
+
+
+def _conv(n: _Node) -> tuple[str, str, int]:
+    out = n.outputs[0]
+    weight = next(t for i, t in n.consts if i == 1) if n.consts else None
+    per_out = _numel(weight) // weight.shape[0] if weight else 0
+    bias = _numel(out) if any(i == 2 for i, _ in n.consts) else 0
+    return "conv2d", "conv", 2 * _numel(out) * per_out + bias
+
+
+def _gemm(n: _Node) -> tuple[str, str, int]:
+    out = n.outputs[0]
+    a = n.inputs[0]
+    k = a.shape[0] if n.attrs.get("transA") else a.shape[-1]
+    bias = _numel(out) if len(n.consts) + len(n.inputs) > 2 else 0
+    return "linear", "matmul", 2 * _numel(out) * k + bias
+
+
+def _matmul(n: _Node) -> tuple[str, str, int]:
+    a = n.inputs[0] if n.inputs else n.consts[0][1]
+    return "matmul", "matmul", 2 * _numel(n.outputs[0]) * a.shape[-1]
+
+
+def _pool(kind: str) -> Callable[[_Node], tuple[str, str, int]]:
+    def cost(n: _Node) -> tuple[str, str, int]:
+        window = math.prod(n.attrs.get("kernel_shape", [1]))
+        return kind, "reduction", _numel(n.outputs[0]) * window
+    return cost
+
+
+def _elementwise(kind: str, per_element: int) -> Callable[[_Node], tuple[str, str, int]]:
+    def cost(n: _Node) -> tuple[str, str, int]:
+        extra = max(len(n.inputs) + len(n.consts) - 2, 0) if kind == "add" else 0
+        return kind, "elementwise", (per_element + extra) * _numel(n.outputs[0])
+    return cost
+
+
+def _fixed(kind: str, op_class: str, per_element: int) -> Callable[[_Node], tuple[str, str, int]]:
+    def cost(n: _Node) -> tuple[str, str, int]:
+        return kind, op_class, per_element * _numel(n.outputs[0])
+    return cost
+
+
+_COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
+    "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul,
+    "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
+    "GlobalAveragePool": lambda n: ("global_avg_pool", "reduction", _numel(n.inputs[0])),
+    "Relu": _elementwise("relu", 1), "Sigmoid": _elementwise("sigmoid", 4),
+    "Tanh": _elementwise("tanh", 4), "Add": _elementwise("add", 1),
+    "Sum": _elementwise("add", 1), "Mul": _elementwise("mul", 1),
+    "Sub": _elementwise("add", 1), "Div": _elementwise("mul", 1),
+    "BatchNormalization": _elementwise("batchnorm", 2), "Clip": _elementwise("clip", 1),
+    "LRN": lambda n: ("lrn", "reduction", (int(n.attrs.get("size", 5)) + 3)
+                      * _numel(n.outputs[0])),
+    "Softmax": _fixed("softmax", "reduction", 5),
+    "Concat": _fixed("concat", "data_movement", 0),
+    "Transpose": _fixed("transpose", "data_movement", 0),
+}
+# Ops that only reinterpret their input: no bytes move.
+_VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
+          "Squeeze": "reshape", "Dropout": "dropout", "Identity": "reshape"}
+# Inputs at these positions are buffers, not trainable parameters.
+_BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+
+
+def _load(path: str | Path) -> Any:
+    try:
+        import onnx
+    except ImportError as err:
+        raise GraphError("ONNX import needs the onnx package: pip install "
+                         "'placelab[onnx]'") from err
+    try:
+        model = onnx.load(str(path))
+        return onnx.shape_inference.infer_shapes(model)
+    except FileNotFoundError as err:
+        raise GraphError(f"{path}: cannot read ONNX file: no such file") from err
+    except Exception as err:  # protobuf and checker errors have no common base
+        raise GraphError(f"{path}: expected an ONNX model, got {type(err).__name__}: "
+                         f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def _value_types(model: Any, batch: int) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    infos = [*model.graph.input, *model.graph.value_info, *model.graph.output]
+    for info in infos:
+        tt = info.type.tensor_type
+        if not tt.HasField("shape"):
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") else batch for d in tt.shape.dim]
+        dtype = _DTYPES.get(tt.elem_type, "fp32")
+        out[info.name] = Tensor(info.name, tuple(max(int(d), 1) for d in dims) or (1,), dtype)
+    for init in model.graph.initializer:
+        out[init.name] = Tensor(init.name, tuple(max(int(d), 1) for d in init.dims) or (1,),
+                                _DTYPES.get(init.data_type, "fp32"))
+    return out
+
+
+def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) -> Graph:
+    """Read the ONNX model at ``path`` as a Graph.
+
+    >>> import glob, onnx, os
+    >>> light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
+    >>> g = import_onnx(os.path.join(light, "light_resnet50.onnx"))
+    >>> g.params
+    25557032
+    """
+    model = _load(path)
+    types = _value_types(model, batch)
+    consts = {i.name for i in model.graph.initializer}
+    ops: list[Op] = []
+    for inp in model.graph.input:
+        if inp.name not in consts and inp.name in types:
+            ops.append(Op(_safe(inp.name), "input", "source",
+                          outputs=(_renamed(types[inp.name]),)))
+    unknown: dict[str, int] = {}
+    owners: dict[str, str] = {}
+    for i, node in enumerate(model.graph.node):
+        live = [t for t in node.input if t and t not in consts]
+        if not live:  # computed from constants alone: fold
+            consts.update(o for o in node.output if o)
+            continue
+        op = _op(node, i, types, consts, owners, unknown, path)
+        if op is not None:
+            ops.append(op)
+    if unknown:
+        warnings.warn(f"{path}: imported without a cost formula (bytes only): "
+                      + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())),
+                      stacklevel=2)
+    return Graph(name or Path(path).stem, ops)
+
+
+def _safe(name: str) -> str:
+    return name or "unnamed"
+
+
+def _renamed(t: Tensor) -> Tensor:
+    return Tensor(_safe(t.name), t.shape, t.dtype)
+
+
+def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
+        owners: dict[str, str], unknown: dict[str, int], path: str | Path) -> Op | None:
+    import onnx
+
+    name = node.name or f"{node.op_type}_{index}"
+    outputs = [types[o] for o in node.output if o and o in types]
+    if not outputs:
+        raise GraphError(f"{path}: op {name!r} ({node.op_type}): shape inference gave no "
+                         f"shape for its outputs {list(node.output)}")
+    dyn = [t for t in node.input if t and t not in consts]
+    missing = [t for t in dyn if t not in types]
+    if missing:
+        raise GraphError(f"{path}: op {name!r} ({node.op_type}): no shape for input "
+                         f"{missing[0]!r}")
+    const_in = [(k, types[t]) for k, t in enumerate(node.input) if t in consts and t in types]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = {k: v for k, v in attrs.items() if isinstance(v, int | float | str | list)}
+    n = _Node(node.op_type, [types[t] for t in dyn], const_in, outputs, attrs)
+    params = buffers = 0
+    shares = None
+    for k, t in const_in:
+        if t.dtype not in _FLOAT:
+            continue
+        if t.name in owners:
+            shares = owners[t.name]
+            continue
+        owners[t.name] = name
+        if k in _BUFFER_INPUTS.get(node.op_type, ()):
+            buffers += _numel(t)
+        else:
+            params += _numel(t)
+    if node.op_type in _VIEWS:
+        kind, op_class, flops, view = _VIEWS[node.op_type], "data_movement", 0, True
+    elif node.op_type in _COSTS:
+        (kind, op_class, flops), view = _COSTS[node.op_type](n), False
+    else:
+        unknown[node.op_type] = unknown.get(node.op_type, 0) + 1
+        kind, op_class, flops, view = "opaque", "data_movement", 0, False
+    itemsize = 4 if not outputs else {"fp16": 2, "bf16": 2, "fp64": 8}.get(outputs[0].dtype, 4)
+    param_bytes = (params + buffers) * itemsize
+    moved_in = sum(t.nbytes for t in n.inputs) + sum(t.nbytes for _, t in const_in
+                                                     if t.dtype in _FLOAT)
+    extra = {"onnx_op": node.op_type, **({"shares": shares} if shares else {})}
+    return Op(name=name, kind=kind, op_class=op_class, inputs=tuple(_safe(t) for t in dyn),
+              outputs=tuple(_renamed(t) for t in outputs), attrs={**_plain(attrs), **extra},
+              flops=int(flops), params=params, param_bytes=param_bytes,
+              bytes_read=0 if view else moved_in,
+              bytes_written=0 if view else sum(t.nbytes for t in outputs))
+
+
+def _plain(attrs: dict[str, Any]) -> dict[str, Any]:
+    """Attributes JSON can carry (bytes become text)."""
+    out: dict[str, Any] = {}
+    for k, v in attrs.items():
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        if isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+            if not all(isinstance(x, int | float | str) for x in v):
+                continue
+        out[k] = v
+    return out

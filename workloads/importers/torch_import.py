@@ -1,0 +1,212 @@
+"""PyTorch modules as placelab graphs, through torch.fx (needs the ``torch`` extra).
+
+The module is traced symbolically and run once on the example inputs to record every
+intermediate shape (``torch.fx.passes.shape_prop``). Modules, functions and methods map to
+op kinds with cost formulas; parameters and buffers belong to the op that owns them (a
+``get_attr`` constant to its first reader). Anything without a formula is imported as
+``opaque`` (costed by the bytes it moves) and named in one warning.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+from workloads.errors import GraphError
+from workloads.graph import Graph, Op, Tensor
+
+__all__ = ["import_torch"]
+
+_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
+           "int64": "int64", "int32": "int32", "int8": "int8", "bool": "bool"}
+
+# Elementwise callables and methods, by name: (kind, FLOPs per output element).
+_ELEMENTWISE = {"relu": ("relu", 1), "gelu": ("gelu", 8), "sigmoid": ("sigmoid", 4),
+                "tanh": ("tanh", 4), "add": ("add", 1), "iadd": ("add", 1),
+                "mul": ("mul", 1), "sub": ("add", 1), "truediv": ("mul", 1),
+                "div": ("mul", 1), "dropout": ("dropout", 0)}
+# Layout changes that copy nothing.
+_VIEWS = {"view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "expand",
+          "getitem"}
+_MOVES = {"transpose", "permute", "cat", "concat", "chunk", "split"}
+
+
+def _tensor(name: str, meta: Any) -> Tensor | None:
+    shape = getattr(meta, "shape", None)
+    if shape is None:
+        return None
+    dtype = _DTYPES.get(str(meta.dtype).replace("torch.", ""), "fp32")
+    return Tensor(name, tuple(max(int(d), 1) for d in shape) or (1,), dtype)
+
+
+def _numel(t: Tensor) -> int:
+    return math.prod(t.shape)
+
+
+def _module_cost(module: Any, out: Tensor, ins: list[Tensor]) -> tuple[str, str, int]:
+    import torch.nn as nn
+
+    if isinstance(module, nn.Linear):
+        bias = _numel(out) if module.bias is not None else 0
+        return "linear", "matmul", 2 * _numel(out) * module.in_features + bias
+    if isinstance(module, nn.Conv2d):
+        per_out = module.in_channels // module.groups * math.prod(module.kernel_size)
+        bias = _numel(out) if module.bias is not None else 0
+        return "conv2d", "conv", 2 * _numel(out) * per_out + bias
+    if isinstance(module, nn.BatchNorm2d | nn.BatchNorm1d):
+        return "batchnorm", "elementwise", 2 * _numel(out)
+    if isinstance(module, nn.LayerNorm):
+        return "layernorm", "reduction", 8 * _numel(out)
+    if isinstance(module, nn.MaxPool2d | nn.AvgPool2d):
+        k = module.kernel_size
+        window = k * k if isinstance(k, int) else math.prod(k)
+        kind = "max_pool2d" if isinstance(module, nn.MaxPool2d) else "avg_pool2d"
+        return kind, "reduction", _numel(out) * window
+    if isinstance(module, nn.AdaptiveAvgPool2d):
+        return "avg_pool2d", "reduction", _numel(ins[0]) if ins else _numel(out)
+    if isinstance(module, nn.Embedding):
+        return "embedding", "data_movement", 0
+    if isinstance(module, nn.Softmax):
+        return "softmax", "reduction", 5 * _numel(out)
+    name = type(module).__name__.lower()
+    if name in _ELEMENTWISE:
+        kind, per = _ELEMENTWISE[name]
+        return kind, "elementwise", per * _numel(out)
+    raise KeyError(type(module).__name__)
+
+
+def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, str, int]:
+    if target in ("matmul", "bmm", "mm"):
+        return "matmul", "matmul", 2 * _numel(out) * ins[0].shape[-1]
+    if target == "linear":
+        return "linear", "matmul", 2 * _numel(out) * ins[0].shape[-1]
+    if target == "softmax":
+        return "softmax", "reduction", 5 * _numel(out)
+    if target in _ELEMENTWISE:
+        kind, per = _ELEMENTWISE[target]
+        return kind, "elementwise", per * _numel(out)
+    if target in _MOVES:
+        return ("concat" if target in ("cat", "concat") else "transpose"), "data_movement", 0
+    raise KeyError(target)
+
+
+def values_itemsize(t: Tensor) -> int:
+    """Bytes per element of a constant read by an op producing ``t`` (same dtype)."""
+    return {"fp16": 2, "bf16": 2, "fp64": 8}.get(t.dtype, 4)
+
+
+def _target_name(node: Any) -> str:
+    target = node.target
+    if isinstance(target, str):
+        return target
+    if target in (operator.add, operator.iadd):
+        return "add"
+    if target is operator.mul:
+        return "mul"
+    if target is operator.getitem:
+        return "getitem"
+    return getattr(target, "__name__", str(target)).lower()
+
+
+def import_torch(module: Any, example_inputs: Sequence[Any], *,
+                 name: str | None = None) -> Graph:
+    """Trace ``module`` on ``example_inputs`` into a Graph.
+
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    >>> g = import_torch(net, [torch.zeros(2, 8)])
+    >>> g.params, [op.kind for op in g]
+    (36, ['input', 'linear', 'relu'])
+    """
+    try:
+        import torch.fx as fx
+        from torch.fx.passes.shape_prop import ShapeProp
+    except ImportError as err:
+        raise GraphError("torch import needs PyTorch: pip install 'placelab[torch]'") from err
+    try:
+        traced = fx.symbolic_trace(module)
+        ShapeProp(traced).propagate(*example_inputs)
+    except Exception as err:  # tracing raises many unrelated types
+        raise GraphError(f"torch module {type(module).__name__}: cannot trace it: "
+                         f"{type(err).__name__}: {err}") from err
+    return _convert(traced, name or type(module).__name__.lower())
+
+
+def _convert(traced: Any, graph_name: str) -> Graph:
+    ops: list[Op] = []
+    values: dict[str, Tensor] = {}
+    constants: dict[str, int] = {}   # get_attr node -> element count
+    owners: dict[str, str] = {}
+    unknown: dict[str, int] = {}
+    modules = dict(traced.named_modules())
+    for node in traced.graph.nodes:
+        meta = node.meta.get("tensor_meta")
+        out = _tensor(node.name, meta) if meta is not None else None
+        if isinstance(meta, tuple | list) and not hasattr(meta, "shape") \
+                and node.op.startswith("call_"):
+            # A tuple of tensors (chunk, split): its items are read through getitem, so
+            # the op reading an item depends on whatever produced the tuple's input.
+            sources = [values[a.name] for a in node.all_input_nodes if a.name in values]
+            if sources:
+                values[node.name] = sources[0]
+            continue
+        if node.op == "placeholder" and out is not None:
+            ops.append(Op(node.name, "input", "source", outputs=(out,)))
+            values[node.name] = out
+        elif node.op == "get_attr" and out is not None:
+            constants[node.name] = _numel(out)
+        elif node.op in ("call_module", "call_function", "call_method") and out is not None:
+            op = _node_op(node, out, values, constants, owners, modules, unknown)
+            ops.append(op)
+            values[node.name] = out
+    if unknown:
+        warnings.warn("torch import: no cost formula (bytes only) for "
+                      + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())),
+                      stacklevel=3)
+    return Graph(graph_name, ops)
+
+
+def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[str, int],
+             owners: dict[str, str], modules: dict[str, Any], unknown: dict[str, int]) -> Op:
+    args = [a for a in node.all_input_nodes]
+    ins = [values[a.name] for a in args if a.name in values]
+    params = state_bytes = 0
+    shares = None
+    for a in args:
+        if a.name in constants:
+            if a.name in owners:
+                shares = owners[a.name]
+            else:
+                owners[a.name] = node.name
+                params += constants[a.name]
+                state_bytes += constants[a.name] * values_itemsize(out)
+    target = _target_name(node)
+    view = target in _VIEWS
+    try:
+        if node.op == "call_module":
+            module = modules[node.target]
+            own = list(module.parameters(recurse=False))
+            params += sum(p.numel() for p in own)
+            state_bytes += sum(t.numel() * t.element_size()
+                               for t in [*own, *module.buffers(recurse=False)])
+            kind, op_class, flops = _module_cost(module, out, ins)
+            if kind == "dropout":
+                view = True
+        elif view:
+            kind, op_class, flops = "reshape", "data_movement", 0
+        else:
+            kind, op_class, flops = _function_cost(target, out, ins)
+    except KeyError as err:
+        label = err.args[0]
+        unknown[label] = unknown.get(label, 0) + 1
+        kind, op_class, flops = "opaque", "data_movement", 0
+    param_bytes = state_bytes
+    return Op(name=node.name, kind=kind, op_class=op_class,
+              inputs=tuple(dict.fromkeys(t.name for t in ins)), outputs=(out,),
+              attrs={"torch": f"{node.op}:{target}", **({"shares": shares} if shares else {})},
+              flops=int(flops), params=params, param_bytes=param_bytes,
+              bytes_read=0 if view else sum(t.nbytes for t in ins) + param_bytes,
+              bytes_written=0 if view else out.nbytes)
