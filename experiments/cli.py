@@ -30,6 +30,7 @@ from sim.engine import ORDERS, simulate
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
 from workloads.io import write_text_atomic
+from workloads.passes import PassManager
 from workloads.training import OPTIMIZERS, training_graph
 from workloads.zoo import build_model, list_models
 
@@ -81,7 +82,11 @@ def _load_graph(args: argparse.Namespace) -> Graph:
         graph = Graph.from_json(text)
     else:
         graph = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
-    return training_graph(graph, args.optimizer) if args.train else graph
+    if args.train:
+        graph = training_graph(graph, args.optimizer)
+    if getattr(args, "passes", None):
+        graph, _ = PassManager(_split(args.passes)).run(graph)
+    return graph
 
 
 def _cmd_model_show(args: argparse.Namespace) -> None:
@@ -186,7 +191,8 @@ def _cmd_compare(args: argparse.Namespace) -> None:
 
     policies = "all" if args.policies == "all" else _split(args.policies)
     df = compare(_split(args.model), _split(args.cluster), policies, batch=args.batch,
-                 cost=args.cost, train=args.train, optimizer=args.optimizer)
+                 cost=args.cost, train=args.train, optimizer=args.optimizer,
+                 passes=_split(args.passes) if args.passes else ())
     if args.out:
         write_results(df, args.out)
     if args.plot:
@@ -222,6 +228,8 @@ def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
                    help="a whole training step: forward, loss, backward, weight update")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd",
                    help="optimizer of the training step (default: sgd)")
+    p.add_argument("--passes", help="optimizer passes to run first, comma-separated "
+                   "(cse, dce, fuse_elementwise)")
 
 
 def _positive_int(text: str) -> int:

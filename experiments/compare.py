@@ -14,6 +14,7 @@ from policies.base import POLICIES, plan
 from policies.bounds import lower_bound
 from sim.engine import simulate
 from workloads.graph import Graph
+from workloads.passes import PassManager
 from workloads.training import training_graph
 from workloads.zoo import build_model
 
@@ -58,8 +59,8 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
 
 def compare(models: Sequence[str], clusters: Sequence[str] | str,
             policies: Sequence[str] | str = "all", *, batch: int = 1,
-            cost: str = "roofline", train: bool = False,
-            optimizer: str = "sgd") -> pd.DataFrame:
+            cost: str = "roofline", train: bool = False, optimizer: str = "sgd",
+            passes: Sequence[str] = ()) -> pd.DataFrame:
     """Every model x cluster x policy, simulated; one row each (see ``RESULT_COLUMNS``).
 
     ``speedup_vs_single_device`` is the single-device makespan over the row's makespan
@@ -79,6 +80,8 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
         graph = build_model(model, batch=batch)
         if train:
             graph = training_graph(graph, optimizer)
+        if passes:
+            graph, _ = PassManager(passes).run(graph)
         for cluster_name in clusters:
             cluster = get_cluster(cluster_name)
             for policy in names:

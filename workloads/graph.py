@@ -210,7 +210,8 @@ class Graph:
     True
     """
 
-    def __init__(self, name: str, ops: Iterable[Op]) -> None:
+    def __init__(self, name: str, ops: Iterable[Op],
+                 outputs: Iterable[str] | None = None) -> None:
         self.name = name
         self._ops: dict[str, Op] = {}
         self._producer: dict[str, str] = {}
@@ -226,11 +227,27 @@ class Graph:
                     )
                 if op.name not in self._consumers[tensor]:
                     self._consumers[tensor].append(op.name)
+        self._outputs = self._check_outputs(outputs)
         self._nx = self._build_nx()
         self._check_acyclic()
         self._topo: tuple[str, ...] = tuple(
             nx.lexicographical_topological_sort(self._nx, key=self._index.__getitem__)
         )
+
+    def _check_outputs(self, outputs: Iterable[str] | None) -> tuple[str, ...]:
+        if outputs is None:
+            return tuple(t for t, readers in self._consumers.items() if not readers)
+        names = tuple(dict.fromkeys(outputs))
+        for name in names:
+            if name not in self._tensors:
+                raise GraphError(f"graph {self.name!r}: output {name!r} is not a tensor of "
+                                 f"the graph")
+        return names
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The tensors the graph computes for its user (default: those no op reads)."""
+        return self._outputs
 
     def _add(self, op: Op) -> None:
         if op.name in self._ops:
@@ -286,7 +303,8 @@ class Graph:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Graph):
             return NotImplemented
-        return self.name == other.name and self.ops == other.ops
+        return (self.name == other.name and self.ops == other.ops
+                and self.outputs == other.outputs)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -385,7 +403,8 @@ class Graph:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "name": self.name,
-                "ops": [op.to_dict() for op in self._ops.values()]}
+                "ops": [op.to_dict() for op in self._ops.values()],
+                "outputs": list(self._outputs)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Graph:
@@ -395,7 +414,8 @@ class Graph:
             )
         if data.get("version") != VERSION:
             raise GraphError(f"graph: version must be {VERSION}, got {data.get('version')!r}")
-        return cls(data.get("name", "graph"), (Op.from_dict(o) for o in data["ops"]))
+        return cls(data.get("name", "graph"), (Op.from_dict(o) for o in data["ops"]),
+                   data.get("outputs"))
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)

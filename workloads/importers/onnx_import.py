@@ -168,7 +168,9 @@ def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) ->
         warnings.warn(f"{path}: imported without a cost formula (bytes only): "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())),
                       stacklevel=2)
-    return Graph(name or Path(path).stem, ops)
+    produced = {t.name for op in ops for t in op.outputs}
+    outputs = [_safe(o.name) for o in model.graph.output if _safe(o.name) in produced]
+    return Graph(name or Path(path).stem, ops, outputs or None)
 
 
 def _safe(name: str) -> str:

@@ -166,7 +166,10 @@ def _convert(traced: Any, graph_name: str) -> Graph:
         warnings.warn("torch import: no cost formula (bytes only) for "
                       + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())),
                       stacklevel=3)
-    return Graph(graph_name, ops)
+    results = [a.name for node in traced.graph.nodes if node.op == "output"
+               for a in node.all_input_nodes if a.name in values]
+    outputs = [values[name].name for name in results]
+    return Graph(graph_name, ops, outputs or None)
 
 
 def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[str, int],

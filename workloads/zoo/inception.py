@@ -91,7 +91,8 @@ def _block_e(b: GraphBuilder, x: str, n: str) -> str:
 def _aux(b: GraphBuilder, x: str, classes: int) -> str:
     y = b.avg_pool2d(x, 5, stride=3, name="AuxLogits.pool")
     y = _conv(b, _conv(b, y, 128, 1, "AuxLogits.conv0"), 768, 5, "AuxLogits.conv1")
-    y = b.flatten(b.adaptive_avg_pool2d(y, 1, name="AuxLogits.avgpool"))
+    y = b.flatten(b.adaptive_avg_pool2d(y, 1, name="AuxLogits.avgpool"),
+                  name="AuxLogits.flatten")
     return b.linear(y, classes, name="AuxLogits.fc")
 
 

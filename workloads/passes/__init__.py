@@ -1,0 +1,18 @@
+"""Optimizer passes over the IR: the pass contract, a manager, and the standard passes.
+
+>>> from workloads.passes import PASSES
+>>> PASSES.names()
+['cse', 'dce', 'fuse_elementwise']
+"""
+
+from workloads.passes.base import PASSES, Pass, PassManager, make_pass, register_pass
+from workloads.passes.standard import (
+    CommonSubexpressionElimination,
+    DeadCodeElimination,
+    ElementwiseFusion,
+)
+
+__all__ = [
+    "PASSES", "CommonSubexpressionElimination", "DeadCodeElimination", "ElementwiseFusion",
+    "Pass", "PassManager", "make_pass", "register_pass",
+]

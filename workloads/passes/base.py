@@ -1,0 +1,91 @@
+"""The pass contract (``requires -> call -> ensures``), the pass manager and the registry.
+
+A pass takes a graph and returns ``(graph, modified)``; it never changes its input (graphs
+are immutable). The manager runs passes in order and, when one fails, names it and the
+passes that ran before it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import ClassVar
+
+from workloads.errors import GraphError
+from workloads.graph import Graph
+from workloads.registry import Registry
+
+__all__ = ["PASSES", "Pass", "PassManager", "make_pass", "register_pass"]
+
+
+class Pass(ABC):
+    """One graph transformation. Required: :meth:`call`; hooks default to no checks."""
+
+    name: ClassVar[str] = ""
+
+    def requires(self, graph: Graph) -> None:  # noqa: B027  (an optional hook)
+        """Raise :class:`GraphError` if ``graph`` is not one this pass accepts."""
+
+    @abstractmethod
+    def call(self, graph: Graph) -> tuple[Graph, bool]:
+        """The transformed graph and whether anything changed."""
+
+    def ensures(self, before: Graph, after: Graph) -> None:
+        """Raise :class:`GraphError` if ``after`` breaks what this pass promises."""
+        missing = [t for t in before.outputs if t not in after.outputs]
+        if missing:
+            raise GraphError(f"pass {self.name!r}: lost graph output {missing[0]!r}")
+
+    def __call__(self, graph: Graph) -> tuple[Graph, bool]:
+        self.requires(graph)
+        result, modified = self.call(graph)
+        self.ensures(graph, result)
+        return result, modified
+
+
+PASSES: Registry[type[Pass]] = Registry("pass", "placelab.passes")
+
+
+def register_pass(cls: type[Pass]) -> type[Pass]:
+    """Class decorator: register ``cls`` under ``cls.name`` (a duplicate is an error)."""
+    PASSES.register(cls.name, cls)
+    return cls
+
+
+def make_pass(name: str) -> Pass:
+    return PASSES.get(name)()
+
+
+class PassManager:
+    """Runs passes in order, optionally until nothing changes.
+
+    >>> from workloads import build_model
+    >>> g, changed = PassManager(["fuse_elementwise"]).run(build_model("resnet50"))
+    >>> changed, len(g) < len(build_model("resnet50"))
+    (True, True)
+    """
+
+    def __init__(self, passes: Sequence[Pass | str], *, until_fixed_point: bool = False,
+                 max_rounds: int = 10) -> None:
+        self.passes = [make_pass(p) if isinstance(p, str) else p for p in passes]
+        self.until_fixed_point = until_fixed_point
+        self.max_rounds = max_rounds
+
+    def run(self, graph: Graph) -> tuple[Graph, bool]:
+        modified_any = False
+        for _ in range(self.max_rounds if self.until_fixed_point else 1):
+            modified_round = False
+            ran: list[str] = []
+            for p in self.passes:
+                try:
+                    graph, modified = p(graph)
+                except GraphError as err:
+                    before = ", ".join(ran) or "none"
+                    raise GraphError(f"pass {p.name!r} failed (passes run before it: "
+                                     f"{before}): {err}") from err
+                ran.append(p.name)
+                modified_round |= modified
+            modified_any |= modified_round
+            if not modified_round:
+                break
+        return graph, modified_any
