@@ -5,7 +5,14 @@
 True
 """
 
-from policies import baselines, heft  # noqa: F401  (registers the built-in policies)
+from policies import (  # noqa: F401  (importing them registers the built-in policies)
+    baselines,
+    cuts,
+    listsched,
+    memory,
+    optimal,
+    pipeline,
+)
 from policies.base import POLICIES, PlacementPolicy, make_policy, plan, register_policy
 from policies.plans import Placement, Plan, Transfer, order_by_priority
 

@@ -13,7 +13,8 @@ from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.registry import Registry
 
-__all__ = ["POLICIES", "PlacementPolicy", "make_policy", "plan", "register_policy"]
+__all__ = ["POLICIES", "PlacementPolicy", "check_number", "check_seed", "make_policy", "plan",
+           "register_policy"]
 
 
 class PlacementPolicy(ABC):
@@ -31,6 +32,25 @@ class PlacementPolicy(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def check_seed(policy: str, seed: object) -> int | None:
+    """A policy's ``seed``: an int or None (fresh randomness), nothing else."""
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise PlacementError(f"policy {policy!r}: seed must be an int or None, got {seed!r}")
+    return seed
+
+
+def check_number(policy: str, field: str, value: object, *, integer: bool = False,
+                 minimum: float = 0.0) -> None:
+    """``value`` must be a number > 0 (or an int >= ``minimum`` when ``integer``)."""
+    if integer:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise PlacementError(f"policy {policy!r}: {field} must be an int >= "
+                                 f"{minimum:g}, got {value!r}")
+    elif not isinstance(value, int | float) or isinstance(value, bool) or value <= minimum:
+        raise PlacementError(f"policy {policy!r}: {field} must be > {minimum:g}, "
+                             f"got {value!r}")
 
 
 POLICIES: Registry[type[PlacementPolicy]] = Registry("policy", "placelab.policies")
@@ -73,5 +93,5 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
         order = order_by_priority(graph, proposal.devices, proposal.priority)
     result = Plan(graph, proposal.devices, order, policy=policy.name,
                   priority=proposal.priority, placement_s=elapsed,
-                  estimated_makespan_s=proposal.estimated_makespan_s)
+                  estimated_makespan_s=proposal.estimated_makespan_s, info=proposal.info)
     return result.validate(cluster)

@@ -1,14 +1,17 @@
-"""Baseline policies: everything on the best single device, and round robin."""
+"""Baseline policies: everything on the best single device, round robin, and random."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, register_policy
+from policies.base import PlacementPolicy, check_seed, register_policy
 from policies.plans import Placement
+from policies.problem import Problem
 from workloads.graph import Graph
 
-__all__ = ["RoundRobin", "SingleDevice"]
+__all__ = ["RandomPlacement", "RoundRobin", "SingleDevice"]
 
 
 @register_policy
@@ -21,20 +24,46 @@ class SingleDevice(PlacementPolicy):
     name = "single_device"
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
-        def total(device: str) -> float:
-            return sum(cost.op_time(op, device) for op in graph)
-
-        best = min(cluster.device_names, key=total)
-        return Placement({op.name: best for op in graph})
+        p = Problem(graph, cluster, cost)
+        best = p.devices[int(np.argmin(p.times.sum(axis=0)))]
+        return Placement({name: best for name in p.names})
 
 
 @register_policy
 class RoundRobin(PlacementPolicy):
-    """Op ``i`` of the topological order goes to device ``i mod n``."""
+    """Op ``i`` of the topological order goes to device ``i mod n`` (of the devices that can
+    run it)."""
 
     name = "round_robin"
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
-        names = cluster.device_names
-        return Placement({op: names[i % len(names)]
-                          for i, op in enumerate(graph.topological_order())})
+        p = Problem(graph, cluster, cost)
+        where = {}
+        for i, name in enumerate(p.names):
+            able = np.flatnonzero(np.isfinite(p.times[i]))
+            where[name] = p.devices[int(able[i % len(able)])]
+        return Placement(where)
+
+
+@register_policy
+class RandomPlacement(PlacementPolicy):
+    """Each op on a device drawn uniformly at random among those that can run it; the same
+    ``seed`` gives the same placement in any process."""
+
+    name = "random"
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self.seed = check_seed(self.name, seed)
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        rng = np.random.default_rng(self.seed)
+        picks = rng.random(p.n)
+        where = {}
+        for i, name in enumerate(p.names):
+            able = np.flatnonzero(np.isfinite(p.times[i]))
+            where[name] = p.devices[int(able[int(picks[i] * len(able))])]
+        return Placement(where)
+
+    def __repr__(self) -> str:
+        return f"RandomPlacement(seed={self.seed!r})"

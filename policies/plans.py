@@ -60,6 +60,8 @@ class Placement:
     priority: Mapping[str, float] | None = None
     #: The policy's own prediction of the makespan (list schedulers have one), if any.
     estimated_makespan_s: float | None = None
+    #: Anything else the policy reports (a solver's status and gap, ...): JSON values.
+    info: Mapping[str, Any] | None = None
 
 
 def order_by_priority(graph: Graph, devices: Mapping[str, str],
@@ -95,7 +97,8 @@ class Plan:
                  order: Mapping[str, Sequence[str]], *, policy: str = "",
                  priority: Mapping[str, float] | None = None,
                  placement_s: float = 0.0,
-                 estimated_makespan_s: float | None = None) -> None:
+                 estimated_makespan_s: float | None = None,
+                 info: Mapping[str, Any] | None = None) -> None:
         self.graph = graph
         self.placement: dict[str, str] = {op.name: placement.get(op.name, "") for op in graph}
         self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
@@ -103,6 +106,7 @@ class Plan:
         self.priority: dict[str, float] = dict(priority or {})
         self.placement_s = placement_s
         self.estimated_makespan_s = estimated_makespan_s
+        self.info: dict[str, Any] = dict(info or {})
         self._check_placed(placement)
         self._check_order()
         self.transfers: tuple[Transfer, ...] = self._derive_transfers()
@@ -213,7 +217,8 @@ class Plan:
         return {
             "format": FORMAT, "version": VERSION, "policy": self.policy,
             "placement_s": self.placement_s,
-            "estimated_makespan_s": self.estimated_makespan_s, "graph": self.graph.to_dict(),
+            "estimated_makespan_s": self.estimated_makespan_s, "info": self.info,
+            "graph": self.graph.to_dict(),
             "placement": self.placement, "order": {d: list(o) for d, o in self.order.items()},
             "priority": self.priority, "transfers": [t.to_dict() for t in self.transfers],
         }
@@ -226,7 +231,8 @@ class Plan:
         return cls(Graph.from_dict(data["graph"]), data["placement"], data["order"],
                    policy=data.get("policy", ""), priority=data.get("priority") or None,
                    placement_s=data.get("placement_s", 0.0),
-                   estimated_makespan_s=data.get("estimated_makespan_s"))
+                   estimated_makespan_s=data.get("estimated_makespan_s"),
+                   info=data.get("info"))
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies import plan
-from policies.heft import upward_rank
+from policies.problem import Problem
 from sim import simulate
 from tests.helpers import topcuoglu_instance
 
@@ -13,7 +13,8 @@ from tests.helpers import topcuoglu_instance
 def test_heft_upward_ranks_match_the_paper() -> None:
     # Topcuoglu et al. 2002, Table 2 (rank_u column).
     graph, cluster, cost = topcuoglu_instance()
-    rank = upward_rank(graph, cluster, cost)
+    p = Problem(graph, cluster, cost)
+    rank = dict(zip(p.names, p.upward_rank(), strict=True))
     expected = {1: 108.0, 2: 77.0, 3: 80.0, 4: 80.0, 5: 69.0, 6: 63.333, 7: 42.667,
                 8: 35.667, 9: 44.333, 10: 14.667}
     assert {int(k[1:]): round(v, 3) for k, v in rank.items()} == expected
@@ -35,3 +36,11 @@ def test_the_same_plan_under_link_contention_takes_longer() -> None:
     graph, cluster, cost = topcuoglu_instance()
     result = simulate(plan(graph, cluster, "heft", cost), cluster, cost)
     assert result.makespan_s == pytest.approx(109.0)
+
+
+def test_cpop_schedule_length_is_the_papers_86() -> None:
+    # Fig. 3(b): CPOP's schedule length is 86; its critical path n1-n2-n9-n10 runs on P2.
+    graph, cluster, cost = topcuoglu_instance()
+    p = plan(graph, cluster, "cpop", cost)
+    assert p.estimated_makespan_s == 86.0
+    assert {"n1", "n2", "n9", "n10"} <= set(p.order["p2"])

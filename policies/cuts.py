@@ -1,0 +1,224 @@
+"""Graph-cut policies: METIS k-way partitioning, Kernighan-Lin and spectral recursive
+bisection, and Stone's two-processor min-cut assignment.
+
+They decide placement only; the Plan orders each device topologically (by upward rank).
+Vertex weight is an op's mean time, edge weight the bytes its tensors carry; part sizes
+follow device speed where the method allows it.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import networkx as nx
+import numpy as np
+import pymetis
+import scipy.sparse as sp
+from scipy.sparse.csgraph import laplacian
+from scipy.sparse.linalg import eigsh
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from policies.base import PlacementPolicy, check_seed, register_policy
+from policies.plans import Placement
+from policies.problem import Problem
+from workloads.graph import Graph
+
+__all__ = ["KernighanLin", "Metis", "Spectral", "StoneMinCut"]
+
+
+def _edges(p: Problem) -> dict[tuple[int, int], int]:
+    """Undirected op pairs and the bytes between them."""
+    weights: dict[tuple[int, int], int] = {}
+    for j in range(p.n):
+        for i, t in p.preds[j]:
+            key = (min(i, j), max(i, j))
+            weights[key] = weights.get(key, 0) + p.tensor_bytes[t]
+    return weights
+
+
+def _finish(p: Problem, parts: list[int]) -> Placement:
+    """Placement from parts, moving any op its part's device cannot run to the fastest
+    device that can; priorities are upward ranks."""
+    where = {}
+    for i, d in enumerate(parts):
+        if not np.isfinite(p.times[i, d]):
+            d = int(np.argmin(p.times[i]))
+        where[p.names[i]] = p.devices[d]
+    rank = p.upward_rank()
+    return Placement(where, priority={p.names[i]: r for i, r in enumerate(rank)})
+
+
+@register_policy
+class Metis(PlacementPolicy):
+    """k-way METIS (pymetis): minimise the bytes cut with part weights proportional to
+    device speed. ``seed`` fixes METIS's randomisation."""
+
+    name = "metis"
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self.seed = check_seed(self.name, seed)
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        n_dev = len(p.devices)
+        weights = _edges(p)
+        if n_dev == 1 or p.n <= n_dev or not weights:
+            return _finish(p, _balance(p))
+        adjacency: list[list[tuple[int, int]]] = [[] for _ in range(p.n)]
+        top = max(weights.values())
+        for (i, j), w in weights.items():
+            scaled = max(1, round(w / top * 10_000))
+            adjacency[i].append((j, scaled))
+            adjacency[j].append((i, scaled))
+        xadj, adjncy, ew = [0], [], []
+        for row in adjacency:
+            adjncy += [j for j, _ in row]
+            ew += [w for _, w in row]
+            xadj.append(len(adjncy))
+        work = np.nan_to_num(p.mean_times)
+        vw = np.maximum(1, np.round(work / max(work.max(), 1e-300) * 100_000)).astype(int)
+        options = pymetis.Options(seed=self.seed if self.seed is not None else -1)
+        graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
+        _, parts = pymetis.part_graph(n_dev, graph_csr, vweights=vw.tolist(),
+                                      eweights=ew, tpwgts=(p.speed / p.speed.sum()).tolist(),
+                                      options=options)
+        return _finish(p, list(parts))
+
+
+def _balance(p: Problem) -> list[int]:
+    """Longest op first onto the device that would finish it earliest (no edges to cut)."""
+    load = np.zeros(len(p.devices))
+    parts = [0] * p.n
+    for i in np.argsort(-np.nan_to_num(p.mean_times), kind="stable").tolist():
+        d = int(np.argmin(load + p.times[i]))
+        parts[i] = d
+        load[d] += p.times[i, d]
+    return parts
+
+
+class _Bisection(PlacementPolicy):
+    """Recursive bisection: split the ops in two, the devices in two, and recurse."""
+
+    @abstractmethod
+    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
+        """The ops of the first devices (about ``fraction`` of the work) and the rest."""
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        parts = [0] * p.n
+        self._edges = _edges(p)
+        self._recurse(p, list(range(p.n)), list(range(len(p.devices))), parts)
+        return _finish(p, parts)
+
+    def _recurse(self, p: Problem, ops: list[int], devices: list[int],
+                 parts: list[int]) -> None:
+        if len(devices) == 1 or len(ops) < 2:
+            for op in ops:
+                parts[op] = devices[0]
+            return
+        half = len(devices) // 2
+        first, second = devices[:half], devices[half:]
+        fraction = float(p.speed[first].sum() / p.speed[devices].sum())
+        left, right = self.split(p, ops, fraction)
+        self._recurse(p, left, first, parts)
+        self._recurse(p, right, second, parts)
+
+
+@register_policy
+class KernighanLin(_Bisection):
+    """Recursive Kernighan-Lin bisection (networkx) of the byte-weighted op graph; halves
+    are equal in op count, as the method makes them. ``seed`` fixes its start."""
+
+    name = "kernighan_lin"
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self.seed = check_seed(self.name, seed)
+
+    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
+        g = nx.Graph()
+        g.add_nodes_from(ops)
+        inside = set(ops)
+        g.add_weighted_edges_from((i, j, w) for (i, j), w in self._edges.items()
+                                  if i in inside and j in inside)
+        a, b = nx.algorithms.community.kernighan_lin_bisection(g, weight="weight",
+                                                              seed=self.seed)
+        return sorted(a), sorted(b)
+
+
+@register_policy
+class Spectral(_Bisection):
+    """Recursive spectral bisection: order ops by the Fiedler vector of the byte-weighted
+    Laplacian (scipy) and cut where the first half holds its devices' share of the work."""
+
+    name = "spectral"
+
+    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
+        index = {op: k for k, op in enumerate(ops)}
+        rows, cols, vals = [], [], []
+        for (i, j), w in self._edges.items():
+            if i in index and j in index:
+                rows += [index[i], index[j]]
+                cols += [index[j], index[i]]
+                vals += [float(w), float(w)]
+        m = len(ops)
+        if not vals:
+            order = list(range(m))
+        else:
+            a = sp.csr_matrix((np.asarray(vals) / max(vals), (rows, cols)), shape=(m, m))
+            lap = laplacian(a)
+            if m <= 400:
+                _, vecs = np.linalg.eigh(lap.toarray())
+            else:
+                _, vecs = eigsh(lap, k=2, sigma=-1e-3, which="LM")
+            order = np.lexsort((np.arange(m), np.round(vecs[:, 1], 12))).tolist()
+        work = np.nan_to_num(p.mean_times[[ops[k] for k in order]])
+        cut = int(np.searchsorted(np.cumsum(work), fraction * work.sum()))
+        cut = min(max(cut, 1), m - 1)
+        left = sorted(ops[k] for k in order[:cut])
+        right = sorted(ops[k] for k in order[cut:])
+        return left, right
+
+
+@register_policy
+class StoneMinCut(PlacementPolicy):
+    """Stone (IEEE TSE 1977): the assignment to two processors minimising total compute plus
+    communication time is a minimum s-t cut (networkx max-flow). Exact for that objective.
+    On a cluster of more than two devices it uses the first CPU and the fastest other
+    device (a CPU + accelerator pair), or the two fastest devices if there is no CPU."""
+
+    name = "stone_mincut"
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        if len(p.devices) == 1:
+            return _finish(p, [0] * p.n)
+        a, b = self.pair(p, cluster)
+        g = nx.DiGraph()
+        for i in range(p.n):
+            # s side = device a: cutting s->i puts i on b, cutting i->t puts i on a.
+            if np.isfinite(p.times[i, b]):
+                g.add_edge("s", i, capacity=float(p.times[i, b]))
+            else:
+                g.add_edge("s", i)  # no capacity: infinite, i cannot go to b
+            if np.isfinite(p.times[i, a]):
+                g.add_edge(i, "t", capacity=float(p.times[i, a]))
+            else:
+                g.add_edge(i, "t")
+        for j in range(p.n):
+            for i, t in p.preds[j]:
+                c = (p.comm(t, a, b) + p.comm(t, b, a)) / 2
+                for u, v in ((i, j), (j, i)):
+                    old = g.get_edge_data(u, v, {}).get("capacity", 0.0)
+                    g.add_edge(u, v, capacity=old + c)
+        _, (side_a, _) = nx.minimum_cut(g, "s", "t")
+        return _finish(p, [a if i in side_a else b for i in range(p.n)])
+
+    @staticmethod
+    def pair(p: Problem, cluster: Cluster) -> tuple[int, int]:
+        fastest = np.argsort(-p.speed, kind="stable").tolist()
+        cpus = [i for i, d in enumerate(cluster.devices) if d.kind == "cpu"]
+        if cpus:
+            other = next(i for i in fastest if i != cpus[0])
+            return cpus[0], other
+        return fastest[0], fastest[1]

@@ -1,0 +1,307 @@
+"""List schedulers: HEFT and CPOP (Topcuoglu, Hariri and Wu, IEEE TPDS 2002), ETF (Hwang,
+Chow, Anger and Lee, SIAM J. Comput. 1989), and Baechi's memory-constrained m-ETF and m-SCT
+(Jeon et al., SoCC 2020).
+
+Each schedules ops in its own model (op times from the cost model, every transfer at once,
+no link contention); the Plan keeps each device's op order and the model's makespan as
+``estimated_makespan_s``. The simulator then runs the plan with contention.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from policies.base import PlacementPolicy, register_policy
+from policies.plans import Placement
+from policies.problem import MemoryBook, Problem
+from workloads.graph import Graph
+
+__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT"]
+
+
+class Timeline:
+    """Busy intervals of one device, sorted, with insertion into idle gaps."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+        self.ops: list[int] = []
+
+    def earliest_start(self, ready: float, duration: float) -> float:
+        i = bisect.bisect_right(self.ends, ready)
+        start = ready if i == 0 else max(ready, self.ends[i - 1])
+        while i < len(self.starts):
+            if start + duration <= self.starts[i]:
+                return start
+            start = max(start, self.ends[i])
+            i += 1
+        return start
+
+    def insert(self, start: float, end: float, op: int) -> None:
+        i = bisect.bisect_right(self.starts, start)
+        self.starts.insert(i, start)
+        self.ends.insert(i, end)
+        self.ops.insert(i, op)
+
+
+def _data_ready(p: Problem, op: int, d: int, where: list[int], finish: list[float]) -> float:
+    return max((finish[s] + p.comm(t, where[s], d) for s, t in p.preds[op]), default=0.0)
+
+
+def _placement(p: Problem, where: list[int], orders: list[list[int]],
+               finish: list[float], priority: list[float]) -> Placement:
+    return Placement(
+        {p.names[i]: p.devices[d] for i, d in enumerate(where)},
+        order={p.devices[d]: tuple(p.names[i] for i in ops)
+               for d, ops in enumerate(orders) if ops},
+        priority={p.names[i]: v for i, v in enumerate(priority)},
+        estimated_makespan_s=max(finish, default=0.0))
+
+
+class _InsertionScheduler(PlacementPolicy):
+    """Static-priority list scheduling with insertion: the highest-priority ready op goes
+    where :meth:`choose` says (by default, where it finishes earliest)."""
+
+    def priorities(self, p: Problem) -> list[float]:
+        return p.upward_rank()
+
+    def prepare(self, p: Problem, priority: list[float]) -> None:
+        """Hook before scheduling (CPOP picks its critical-path device here)."""
+
+    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline]
+               ) -> tuple[float, int]:
+        best = (float("inf"), float("inf"), 0)
+        for d, line in enumerate(lines):
+            duration = p.times[op, d]
+            start = line.earliest_start(ready[d], duration)
+            if start + duration < best[0] + best[1]:
+                best = (start, duration, d)
+        return best[0], best[2]
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        priority = self.priorities(p)
+        self.prepare(p, priority)
+        lines = [Timeline() for _ in p.devices]
+        where, finish = [0] * p.n, [0.0] * p.n
+        pending = [len(preds) for preds in p.preds]
+        heap = [(-priority[i], i) for i in range(p.n) if not pending[i]]
+        heapq.heapify(heap)
+        while heap:
+            _, op = heapq.heappop(heap)
+            ready = [_data_ready(p, op, d, where, finish) for d in range(len(p.devices))]
+            start, d = self.choose(p, op, ready, lines)
+            end = start + float(p.times[op, d])
+            lines[d].insert(start, end, op)
+            where[op], finish[op] = d, end
+            for succ, _ in p.succs[op]:
+                pending[succ] -= 1
+                if pending[succ] == 0:
+                    heapq.heappush(heap, (-priority[succ], succ))
+        return _placement(p, where, [line.ops for line in lines], finish, priority)
+
+
+@register_policy
+class HEFT(_InsertionScheduler):
+    """Upward rank, then the device of earliest finish with insertion."""
+
+    name = "heft"
+
+
+@register_policy
+class CPOP(_InsertionScheduler):
+    """Priority ``rank_u + rank_d``; ops on the critical path all go to the one device that
+    runs that path fastest, the others to their earliest-finish device."""
+
+    name = "cpop"
+
+    def priorities(self, p: Problem) -> list[float]:
+        up, down = p.upward_rank(), p.downward_rank()
+        return [u + d for u, d in zip(up, down, strict=True)]
+
+    def prepare(self, p: Problem, priority: list[float]) -> None:
+        length = max(priority, default=0.0)
+        self.critical = {i for i, v in enumerate(priority) if abs(v - length) <= 1e-9 * length}
+        on_path = sorted(self.critical)
+        self.cp_device = int(np.argmin(p.times[on_path].sum(axis=0))) if on_path else 0
+
+    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline]
+               ) -> tuple[float, int]:
+        if op in self.critical and np.isfinite(p.times[op, self.cp_device]):
+            d = self.cp_device
+            return lines[d].earliest_start(ready[d], float(p.times[op, d])), d
+        return super().choose(p, op, ready, lines)
+
+
+class _ReadyPool:
+    """Ready ops with, per device, when their inputs could be there (rows of arrays)."""
+
+    def __init__(self, n_devices: int) -> None:
+        self.ops: list[int] = []
+        self.rows = np.zeros((16, n_devices))
+        self.need = np.zeros((16, n_devices))
+        self.fav = np.full(16, -1)
+
+    def add(self, op: int, ready: np.ndarray, need: np.ndarray, fav: int) -> None:
+        k = len(self.ops)
+        if k == len(self.rows):
+            self.rows = np.vstack([self.rows, np.zeros_like(self.rows)])
+            self.need = np.vstack([self.need, np.zeros_like(self.need)])
+            self.fav = np.concatenate([self.fav, np.full_like(self.fav, -1)])
+        self.ops.append(op)
+        self.rows[k], self.need[k], self.fav[k] = ready, need, fav
+
+    def remove(self, k: int) -> None:
+        last = len(self.ops) - 1
+        self.ops[k] = self.ops[last]
+        self.rows[k], self.need[k] = self.rows[last], self.need[last]
+        self.fav[k] = self.fav[last]
+        self.ops.pop()
+
+
+@register_policy
+class ETF(PlacementPolicy):
+    """Earliest Task First: repeatedly start the (ready op, device) pair that can start
+    soonest; ties go to the op of larger static level (upward rank)."""
+
+    name = "etf"
+    memory_aware = False
+
+    def favourite_parents(self, p: Problem) -> dict[int, int]:
+        """Ops to keep on their parent's device (m-SCT); none here."""
+        return {}
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        n_dev = len(p.devices)
+        level = np.asarray(p.upward_rank())
+        fav = self.favourite_parents(p)
+        book = MemoryBook(p, self.name)
+        free = np.zeros(n_dev)
+        capacity = np.asarray(p.capacity, dtype=float)
+        where, finish = [-1] * p.n, [0.0] * p.n
+        orders: list[list[int]] = [[] for _ in range(n_dev)]
+        pending = [len(preds) for preds in p.preds]
+        pool = _ReadyPool(n_dev)
+        for i in range(p.n):
+            if not pending[i]:
+                self._admit(p, pool, book, i, where, finish, fav)
+        for _ in range(p.n):
+            k, d, start = self._pick(pool, free, capacity, book, level)
+            op = pool.ops[k]
+            pool.remove(k)
+            end = start + float(p.times[op, d])
+            book.commit(op, d, where)
+            where[op], finish[op], free[d] = d, end, end
+            orders[d].append(op)
+            for succ, _ in p.succs[op]:
+                pending[succ] -= 1
+                if pending[succ] == 0:
+                    self._admit(p, pool, book, succ, where, finish, fav)
+        return _placement(p, where, orders, finish, level.tolist())
+
+    def _admit(self, p: Problem, pool: _ReadyPool, book: MemoryBook, op: int,
+               where: list[int], finish: list[float], fav: dict[int, int]) -> None:
+        n_dev = len(p.devices)
+        ready = np.array([_data_ready(p, op, d, where, finish) for d in range(n_dev)])
+        ready[np.isinf(p.times[op])] = np.inf
+        need = np.array([book.need(op, d, where) for d in range(n_dev)], dtype=float) \
+            if self.memory_aware else np.zeros(n_dev)
+        parent = fav.get(op)
+        pool.add(op, ready, need, -1 if parent is None else where[parent])
+
+    def _pick(self, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
+              book: MemoryBook, level: np.ndarray) -> tuple[int, int, float]:
+        k = len(pool.ops)
+        start = np.maximum(pool.rows[:k], free)
+        if self.memory_aware:
+            used = np.asarray(book.used, dtype=float)
+            start[used + pool.need[:k] > capacity] = np.inf
+        kept = np.flatnonzero(pool.fav[:k] >= 0)
+        if len(kept):  # a favourite child stays with its parent while it can
+            cols = pool.fav[kept]
+            stay = start[kept, cols]
+            ok = np.isfinite(stay)
+            start[kept[ok]] = np.inf
+            start[kept[ok], cols[ok]] = stay[ok]
+        best = start.min()
+        ops = np.asarray(pool.ops)
+        if not np.isfinite(best):
+            raise book.fail(int(ops[np.argmax(level[ops])]))
+        rows, cols = np.nonzero(start == best)
+        first = np.lexsort((cols, ops[rows], -level[ops[rows]]))[0]
+        return int(rows[first]), int(cols[first]), float(best)
+
+
+@register_policy
+class METF(ETF):
+    """Memory-constrained ETF (Baechi's m-ETF): a device is a candidate only while the op
+    fits in what is left of its memory; never exceeds a device's capacity."""
+
+    name = "m_etf"
+    memory_aware = True
+
+
+@register_policy
+class MSCT(ETF):
+    """Memory-constrained Small Communication Time scheduling (Baechi's m-SCT, after Hanen
+    and Munier): an LP relaxation (scipy HiGHS) picks each op's favourite child, the one its
+    output should not have to travel to; ETF then keeps a favourite child on its parent's
+    device whenever memory allows."""
+
+    name = "m_sct"
+    memory_aware = True
+
+    def favourite_parents(self, p: Problem) -> dict[int, int]:
+        pairs: dict[tuple[int, int], float] = {}
+        for j in range(p.n):
+            for i, t in p.preds[j]:
+                pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
+        if not pairs:
+            return {}
+        x = _favourite_lp(p, list(pairs), list(pairs.values()))
+        favourite: dict[int, int] = {}
+        taken: set[int] = set()
+        for (i, j), value in sorted(zip(pairs, x, strict=True), key=lambda e: -e[1]):
+            if value >= 0.5 and j not in favourite and i not in taken:
+                favourite[j] = i
+                taken.add(i)
+        return favourite
+
+
+def _favourite_lp(p: Problem, edges: list[tuple[int, int]], comm: list[float]) -> np.ndarray:
+    """Relaxed SCT program: minimise C subject to ``s_j >= s_i + p_i + c_ij (1 - x_ij)``,
+    ``C >= s_i + p_i``, at most one favourite child per op and parent per op, x in [0, 1].
+    Returns x per edge."""
+    n, e = p.n, len(edges)
+    w = np.nan_to_num(p.mean_times, nan=0.0)
+    src = np.array([i for i, _ in edges])
+    dst = np.array([j for _, j in edges])
+    c = np.asarray(comm)
+    rows_e = np.arange(e)
+    # variables: s (n), x (e), C (1)
+    prec = sp.coo_matrix((np.concatenate([np.ones(e), -np.ones(e), -c]),
+                          (np.concatenate([rows_e, rows_e, rows_e]),
+                           np.concatenate([src, dst, n + rows_e]))), shape=(e, n + e + 1))
+    child = sp.coo_matrix((np.ones(e), (src, n + rows_e)), shape=(n, n + e + 1))
+    parent = sp.coo_matrix((np.ones(e), (dst, n + rows_e)), shape=(n, n + e + 1))
+    finish = sp.coo_matrix((np.concatenate([np.ones(n), -np.ones(n)]),
+                            (np.concatenate([np.arange(n), np.arange(n)]),
+                             np.concatenate([np.arange(n), np.full(n, n + e)]))),
+                           shape=(n, n + e + 1))
+    a = sp.vstack([prec, child, parent, finish]).tocsr()
+    b = np.concatenate([-(w[src] + c), np.ones(n), np.ones(n), -w])
+    objective = np.zeros(n + e + 1)
+    objective[-1] = 1.0
+    bounds = [(0, None)] * n + [(0, 1)] * e + [(0, None)]
+    res = linprog(objective, A_ub=a, b_ub=b, bounds=bounds, method="highs")
+    if res.status != 0:
+        return np.zeros(e)
+    return res.x[n:n + e]

@@ -1,0 +1,53 @@
+"""Baechi's m-TOPO (Jeon et al., SoCC 2020): topological order, devices filled in turn."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from policies.base import PlacementPolicy, register_policy
+from policies.plans import Placement
+from policies.problem import MemoryBook, Problem
+from workloads.graph import Graph
+
+__all__ = ["MTopo"]
+
+
+@register_policy
+class MTopo(PlacementPolicy):
+    """Walks the ops in topological order and keeps putting them on the current device until
+    its share of the work (proportional to its speed) is reached or the next op would not
+    fit in its memory; then moves to the next device. An op that fits nowhere further on
+    goes to any device with room; if none has room, a :class:`PlacementError` says so."""
+
+    name = "m_topo"
+    memory_aware = True
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        book = MemoryBook(p, self.name)
+        share = p.speed / p.speed.sum() * float(np.nan_to_num(p.mean_times).sum())
+        where = [-1] * p.n
+        current, done = 0, 0.0
+        for op in range(p.n):
+            d = self._device(p, book, op, current, done, share, where)
+            if d != current:
+                current, done = d, 0.0
+            book.commit(op, d, where)
+            where[op] = d
+            done += float(p.times[op, d])
+        return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
+
+    @staticmethod
+    def _device(p: Problem, book: MemoryBook, op: int, current: int, done: float,
+                share: np.ndarray, where: list[int]) -> int:
+        n_dev = len(p.devices)
+        full = done >= share[current] and current < n_dev - 1
+        for d in range(current + (1 if full else 0), n_dev):
+            if np.isfinite(p.times[op, d]) and book.fits(op, d, where):
+                return d
+        for d in range(n_dev):  # earlier devices with room left
+            if np.isfinite(p.times[op, d]) and book.fits(op, d, where):
+                return d
+        raise book.fail(op)

@@ -1,0 +1,99 @@
+"""Pipeline partitioning after PipeDream (Narayanan et al., SOSP 2019): contiguous stages of
+a topological order, one per device in cluster order, chosen by dynamic programming to
+minimise the slowest stage, a stage's time being its compute plus sending what crosses its
+end to the next device. Each stage must fit its device's memory (the conservative model of
+:mod:`policies.problem`, plus every tensor crossing into the stage).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from policies.base import PlacementPolicy, check_number, register_policy
+from policies.plans import Placement
+from policies.problem import Problem
+from workloads.errors import PlacementError
+from workloads.graph import Graph
+
+__all__ = ["Pipeline"]
+
+
+@register_policy
+class Pipeline(PlacementPolicy):
+    """Stages by dynamic programming; exact over cut points for graphs of up to
+    ``max_blocks`` ops, and over cuts between runs of consecutive ops (blocks) beyond."""
+
+    name = "pipeline"
+    memory_aware = True
+
+    def __init__(self, max_blocks: int = 2000) -> None:
+        check_number(self.name, "max_blocks", max_blocks, integer=True, minimum=1)
+        self.max_blocks = max_blocks
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        bounds = np.linspace(0, p.n, min(p.n, self.max_blocks) + 1).round().astype(int)
+        bounds = np.unique(bounds)
+        times = np.vstack([np.zeros(len(p.devices)), np.cumsum(p.times, axis=0)])[bounds]
+        memory = np.concatenate([[0], np.cumsum(p.op_memory)])[bounds].astype(float)
+        crossing = _crossing_bytes(p)[bounds]
+        cuts = self._solve(p, times, memory, crossing)
+        where = [0] * p.n
+        for k in range(len(p.devices)):
+            for op in range(int(bounds[cuts[k]]), int(bounds[cuts[k + 1]])):
+                where[op] = k
+        return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
+
+    def _solve(self, p: Problem, times: np.ndarray, memory: np.ndarray,
+               crossing: np.ndarray) -> list[int]:
+        """Cut indices (into the block bounds) c_0 = 0 <= ... <= c_D = last."""
+        n_dev, m = len(p.devices), len(times) - 1
+        best = np.full((n_dev, m + 1), np.inf)
+        choice = np.zeros((n_dev, m + 1), dtype=int)
+        for k in range(n_dev):
+            send = self._send(p, k, crossing)
+            for i in range(m + 1):
+                js = np.arange(i + 1)
+                stage = times[i, k] - times[js, k] + (send[i] if i < m else 0.0)
+                # inf - inf is nan: a stage with an op the device cannot run is impossible
+                stage = np.nan_to_num(stage, nan=np.inf)
+                stage = np.where(js == i, 0.0, stage)  # an empty stage costs nothing
+                fits = memory[i] - memory[js] + crossing[js] <= p.capacity[k]
+                fits |= js == i
+                before = best[k - 1, js] if k else np.where(js == 0, 0.0, np.inf)
+                total = np.where(fits, np.maximum(before, stage), np.inf)
+                j = int(np.argmin(total))
+                best[k, i], choice[k, i] = total[j], j
+        if not np.isfinite(best[-1, m]):
+            raise PlacementError(
+                f"policy 'pipeline': no split of {p.n} ops into {n_dev} stages fits the "
+                f"devices' memory (capacities {p.capacity})")
+        cuts = [m]
+        for k in range(n_dev - 1, -1, -1):
+            cuts.append(int(choice[k, cuts[-1]]))
+        return cuts[::-1]
+
+    @staticmethod
+    def _send(p: Problem, k: int, crossing: np.ndarray) -> np.ndarray:
+        """Seconds to send what crosses each cut from device k to device k + 1."""
+        if k + 1 >= len(p.devices):
+            return np.zeros(len(crossing))
+        src, dst = p.devices[k], p.devices[k + 1]
+        return np.array([p.cost.transfer_time(int(b), src, dst) if b else 0.0
+                         for b in crossing])
+
+
+def _crossing_bytes(p: Problem) -> np.ndarray:
+    """``out[i]``: bytes of tensors made by ops before position i and read at or after it."""
+    delta = np.zeros(p.n + 2)
+    last: dict[int, tuple[int, int]] = {}
+    for j in range(p.n):
+        for i, t in p.preds[j]:
+            first, end = last.get(t, (i, j))
+            last[t] = (first, max(end, j))
+    for t, (first, end) in last.items():
+        delta[first + 1] += p.tensor_bytes[t]
+        delta[end + 1] -= p.tensor_bytes[t]
+    return np.cumsum(delta)[: p.n + 1]

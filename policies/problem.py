@@ -1,0 +1,150 @@
+"""What placement policies share: a graph and cluster flattened into numbers.
+
+:class:`Problem` holds op times per device (``inf`` where a device cannot run an op, e.g. a
+dtype it lacks), predecessor and successor lists, communication times, and the memory model
+memory-aware policies honour. :class:`MemoryBook` keeps that account per device.
+
+The memory model is conservative, so a plan that respects it cannot run out of memory in the
+simulator: an op charges its device its resident state, its outputs and its workspace, as
+if nothing were ever freed, and a device pays once for every remote tensor it receives.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from workloads.errors import HardwareSpecError, PlacementError
+from workloads.graph import Graph
+
+__all__ = ["MemoryBook", "Problem"]
+
+
+class Problem:
+    """Numbers for one (graph, cluster, cost) triple; ops indexed in topological order."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel) -> None:
+        self.graph, self.cluster, self.cost = graph, cluster, cost
+        a = graph.arrays
+        self.names = a.names
+        self.n = len(a.names)
+        self.devices = cluster.device_names
+        self.times = self._op_times()
+        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        self.succs: list[list[tuple[int, int]]] = [[] for _ in range(self.n)]
+        for src, dst, tensor in zip(a.edge_src.tolist(), a.edge_dst.tolist(),
+                                    a.edge_tensor.tolist(), strict=True):
+            self.preds[dst].append((src, tensor))
+            self.succs[src].append((dst, tensor))
+        self.tensor_bytes = a.tensor_bytes.tolist()
+        self.tensor_names = a.tensor_names
+        self.op_memory = (a.param_bytes + a.alloc_bytes).tolist()
+        self.capacity = [d.memory_bytes for d in cluster.devices]
+        self._by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
+        self._comm: dict[tuple[int, int, int], float] = {}
+
+    def _op_times(self) -> np.ndarray:
+        """``times[i, d]``: seconds op ``i`` takes on device ``d`` (inf if it cannot run)."""
+        graph, cost = self.graph, self.cost
+        columns = []
+        for d in self.devices:
+            try:
+                columns.append(cost.op_times(graph, dict.fromkeys(self.names, d)))
+            except HardwareSpecError:
+                columns.append([self._one(name, d) for name in self.names])
+        times = np.asarray(columns, dtype=float).T.reshape(self.n, len(self.devices))
+        unplaceable = np.flatnonzero(np.isinf(times).all(axis=1))
+        if len(unplaceable):
+            name = self.names[int(unplaceable[0])]
+            raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
+                                 f"of cluster {self.cluster.name!r}")
+        return times
+
+    def _one(self, name: str, device: str) -> float:
+        try:
+            return self.cost.op_time(self.graph.op(name), device)
+        except HardwareSpecError:
+            return float("inf")
+
+    @cached_property
+    def mean_times(self) -> np.ndarray:
+        """Mean op time over the devices that can run it."""
+        finite = np.where(np.isinf(self.times), np.nan, self.times)
+        return np.nanmean(finite, axis=1)
+
+    @cached_property
+    def speed(self) -> np.ndarray:
+        """Relative speed of each device: total work / its time for the work it can run."""
+        runnable = np.where(np.isinf(self.times), 0.0, self.times)
+        total = runnable.sum(axis=0)
+        return np.where(total > 0, total.max() / np.maximum(total, 1e-300), 1.0)
+
+    def comm(self, tensor: int, src: int, dst: int) -> float:
+        """Seconds to move tensor ``tensor`` from device ``src`` to device ``dst``."""
+        if src == dst:
+            return 0.0
+        key = (self.tensor_bytes[tensor] if self._by_size else -1 - tensor, src, dst)
+        value = self._comm.get(key)
+        if value is None:
+            value = self.cost.tensor_transfer_time(
+                self.tensor_names[tensor], self.tensor_bytes[tensor], self.devices[src],
+                self.devices[dst])
+            self._comm[key] = value
+        return value
+
+    def mean_comm(self, tensor: int) -> float:
+        return self.cost.mean_transfer_time(self.tensor_names[tensor],
+                                            self.tensor_bytes[tensor], self.devices)
+
+    def upward_rank(self) -> list[float]:
+        """HEFT's ``rank_u``: mean time plus the costliest mean-cost path to an exit."""
+        rank = [0.0] * self.n
+        for i in range(self.n - 1, -1, -1):
+            tail = max((self.mean_comm(t) + rank[j] for j, t in self.succs[i]), default=0.0)
+            rank[i] = float(self.mean_times[i]) + tail
+        return rank
+
+    def downward_rank(self) -> list[float]:
+        """CPOP's ``rank_d``: the costliest mean-cost path from an entry, excluding the op."""
+        rank = [0.0] * self.n
+        for i in range(self.n):
+            rank[i] = max((rank[p] + float(self.mean_times[p]) + self.mean_comm(t)
+                           for p, t in self.preds[i]), default=0.0)
+        return rank
+
+
+class MemoryBook:
+    """Bytes committed per device under the conservative model of :class:`Problem`."""
+
+    def __init__(self, problem: Problem, policy: str) -> None:
+        self.p = problem
+        self.policy = policy
+        self.used = [0] * len(problem.devices)
+        self.received: set[tuple[int, int]] = set()
+
+    def need(self, op: int, d: int, where: list[int]) -> int:
+        """Bytes placing ``op`` on device ``d`` adds, given earlier ops' devices."""
+        extra = self.p.op_memory[op]
+        for src, tensor in self.p.preds[op]:
+            if where[src] != d and (tensor, d) not in self.received:
+                extra += self.p.tensor_bytes[tensor]
+        return extra
+
+    def fits(self, op: int, d: int, where: list[int]) -> bool:
+        return self.used[d] + self.need(op, d, where) <= self.p.capacity[d]
+
+    def commit(self, op: int, d: int, where: list[int]) -> None:
+        self.used[d] += self.need(op, d, where)
+        for src, tensor in self.p.preds[op]:
+            if where[src] != d:
+                self.received.add((tensor, d))
+
+    def fail(self, op: int) -> PlacementError:
+        free = ", ".join(f"{name} {cap - used}" for name, cap, used in
+                         zip(self.p.devices, self.p.capacity, self.used, strict=True))
+        return PlacementError(
+            f"policy {self.policy!r}: op {self.p.names[op]!r} needs "
+            f"{self.p.op_memory[op]} bytes and fits on no device (bytes free: {free})")

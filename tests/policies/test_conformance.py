@@ -1,0 +1,79 @@
+"""Every registered policy through the conformance suite, plus what needs the simulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from hwmodels import RooflineCost, get_cluster
+from policies import POLICIES, plan
+from policies.bounds import lower_bound
+from policies.optimal import Optimal
+from policies.testing import CASES, check_policy, plan_memory, random_dag
+from sim import simulate
+from workloads import Graph, Op, PlacementError, Tensor, build_model, training_graph
+
+ALL = POLICIES.names()
+# The MILP gets a short time limit here: the suite checks its contract, not its optimality.
+FACTORIES = {name: name for name in ALL} | {"optimal": lambda: Optimal(time_limit_s=2.0)}
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_conformance(name: str) -> None:
+    check_policy(FACTORIES[name])
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_simulated_makespan_respects_the_lower_bound(name: str) -> None:
+    for _, make_graph, make_cluster in CASES[:3]:
+        graph, cluster = make_graph(), make_cluster()
+        cost = RooflineCost(cluster)
+        policy = FACTORIES[name]
+        chosen = policy() if callable(policy) else policy
+        result = simulate(plan(graph, cluster, chosen, cost), cluster, cost)
+        assert result.makespan_s >= lower_bound(graph, cluster, cost) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name", [n for n in ALL
+                                  if getattr(POLICIES.get(n), "memory_aware", False)])
+def test_memory_aware_policies_never_run_out_in_the_simulator(name: str) -> None:
+    # A training step of GPT-2 small on four 32 GiB V100s: one device cannot hold it.
+    step = training_graph(build_model("gpt2_small", batch=4, seq_len=512), "adam")
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    single = simulate(plan(step, cluster, "single_device", cost), cluster, cost)
+    p = plan(step, cluster, name, cost)
+    result = simulate(p, cluster, cost)
+    assert result.feasible, result.reason
+    assert max(plan_memory(p, cluster).values()) <= 32 * 2**30
+    assert max(result.peak_memory_bytes.values()) <= 32 * 2**30
+    assert not single.feasible or max(single.peak_memory_bytes.values()) > 0
+
+
+@pytest.mark.parametrize("name", ["m_etf", "m_sct", "m_topo"])
+def test_memory_aware_failure_message_is_pinned(name: str) -> None:
+    huge = Op("huge", "synthetic", "matmul", outputs=(Tensor("huge", (300 * 2**28,)),),
+              flops=10**9)  # 300 GiB: more than any device of the workstation has
+    graph = Graph("big", [*random_dag(3, seed=0).ops, huge])
+    with pytest.raises(PlacementError, match=rf"policy '{name}': op 'huge' needs "
+                                             rf"{300 * 2**30} bytes and fits on no device "
+                                             r"\(bytes free: cpu0 \d+, gpu0 \d+\)"):
+        plan(graph, get_cluster("workstation"), name)
+
+
+@pytest.mark.parametrize(("name", "kwargs", "message"), [
+    ("random", {"seed": "x"}, "policy 'random': seed must be an int or None, got 'x'"),
+    ("metis", {"seed": 1.5}, "policy 'metis': seed must be an int or None, got 1.5"),
+    ("optimal", {"time_limit_s": 0}, "policy 'optimal': time_limit_s must be > 0, got 0"),
+    ("optimal", {"max_ops": 0}, "policy 'optimal': max_ops must be an int >= 1, got 0"),
+    ("pipeline", {"max_blocks": -1},
+     "policy 'pipeline': max_blocks must be an int >= 1, got -1"),
+])
+def test_bad_policy_arguments_are_named(name: str, kwargs: dict, message: str) -> None:
+    with pytest.raises(PlacementError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        POLICIES.get(name)(**kwargs)
+
+
+def test_optimal_refuses_large_graphs() -> None:
+    with pytest.raises(PlacementError, match=r"has 177 ops; the MILP is limited to "
+                                             r"max_ops=30"):
+        plan(build_model("resnet50"), get_cluster("workstation"), "optimal")
