@@ -13,6 +13,7 @@ from hwmodels.spec import Cluster
 from policies.base import POLICIES, plan
 from policies.bounds import lower_bound
 from sim.engine import simulate
+from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.passes import PassManager
 from workloads.training import training_graph
@@ -35,9 +36,20 @@ def _step(graph: Graph) -> str:
 
 def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "roofline",
             batch: int | None = None) -> dict[str, object]:
-    """Plan and simulate one combination; the row :func:`compare` tabulates."""
+    """Plan and simulate one combination; the row :func:`compare` tabulates. A policy that
+    cannot place the graph (out of memory, too large for it) gives a row with
+    ``feasible=False`` and its reason, not an exception."""
     cost_model = make_cost_model(cost, cluster)
-    p = plan(graph, cluster, policy, cost_model)
+    try:
+        p = plan(graph, cluster, policy, cost_model)
+    except PlacementError as err:
+        return {"model": graph.name.split(".")[0], "batch": batch, "step": _step(graph),
+                "cluster": cluster.name, "policy": policy, "makespan_s": float("nan"),
+                "lower_bound_s": lower_bound(graph, cluster, cost_model),
+                "makespan_over_bound": float("nan"), "feasible": False, "reason": str(err),
+                "placement_s": float("nan"), "simulation_s": float("nan"),
+                "transfer_bytes": 0, "peak_memory_bytes": 0, "devices_used": 0,
+                "mean_utilization": float("nan")}
     start = time.perf_counter()
     result = simulate(p, cluster, cost_model)
     elapsed = time.perf_counter() - start

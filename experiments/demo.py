@@ -39,7 +39,7 @@ def run_demo(out: Path, echo: Callable[[str], None] | None = print) -> dict[str,
     say(format_table(df))
 
     quad = df[(df["cluster"] == "quad-v100-nvlink") & (df["model"] == "resnet50")
-              & df["feasible"]]
+              & df["feasible"] & df["makespan_s"].notna()]
     best = quad.loc[quad["makespan_s"].idxmin()]
     cluster = get_cluster("quad-v100-nvlink")
     cost = make_cost_model("roofline", cluster)
