@@ -22,7 +22,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import PlacementPolicy, check_number, register_policy
 from policies.plans import Placement
-from policies.problem import Problem
+from policies.problem import Problem, schedule_length
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
@@ -127,9 +127,15 @@ class Optimal(PlacementPolicy):
         upper[s0 + n:c_var] = 1.0
         objective = np.zeros(n_vars)
         objective[c_var] = 1.0
-        res = milp(objective, integrality=integrality, bounds=Bounds(np.zeros(n_vars), upper),
-                   constraints=[rows.constraint(n_vars)],
-                   options={"time_limit": self.time_limit_s, "disp": False})
+        problem = {"c": objective, "integrality": integrality,
+                   "bounds": Bounds(np.zeros(n_vars), upper),
+                   "constraints": [rows.constraint(n_vars)]}
+        res = milp(**problem, options={"time_limit": self.time_limit_s, "disp": False})
+        if res.x is None and res.status == 4:
+            # HiGHS's presolve occasionally reports a solve error on these big-M models;
+            # the same model solves without it.
+            res = milp(**problem, options={"time_limit": self.time_limit_s, "disp": False,
+                                           "presolve": False})
         if res.x is None:
             raise PlacementError(f"policy 'optimal': the solver found no schedule within "
                                  f"{self.time_limit_s} s ({res.message})")
@@ -142,22 +148,9 @@ class Optimal(PlacementPolicy):
             order[p.devices[where[o]]] += (p.names[o],)
         gap = float(getattr(res, "mip_gap", 0.0) or 0.0)
         return Placement({p.names[o]: p.devices[d] for o, d in enumerate(where)}, order=order,
-                         estimated_makespan_s=_makespan(p, where, sequence),
+                         estimated_makespan_s=schedule_length(p, where, sequence),
                          info={"status": "optimal" if res.status == 0 else "time_limit",
                                "mip_gap": gap})
-
-
-def _makespan(p: Problem, where: list[int], sequence: list[int]) -> float:
-    """The schedule's length in the model, recomputed exactly from placement and order (the
-    solver's own value carries its numerical tolerance)."""
-    free = [0.0] * len(p.devices)
-    finish = [0.0] * p.n
-    for o in sequence:
-        d = where[o]
-        ready = max((finish[i] + p.comm(t, where[i], d) for i, t in p.preds[o]), default=0.0)
-        finish[o] = max(free[d], ready) + float(p.times[o, d])
-        free[d] = finish[o]
-    return max(finish, default=0.0)
 
 
 def _unordered_pairs(p: Problem) -> list[tuple[int, int]]:

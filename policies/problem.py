@@ -12,6 +12,7 @@ if nothing were ever freed, and a device pays once for every remote tensor it re
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -20,7 +21,10 @@ from hwmodels.spec import Cluster
 from workloads.errors import HardwareSpecError, PlacementError
 from workloads.graph import Graph
 
-__all__ = ["MemoryBook", "Problem"]
+if TYPE_CHECKING:
+    from policies.plans import Plan
+
+__all__ = ["MemoryBook", "Problem", "model_makespan", "schedule_length"]
 
 
 class Problem:
@@ -148,3 +152,42 @@ class MemoryBook:
         return PlacementError(
             f"policy {self.policy!r}: op {self.p.names[op]!r} needs "
             f"{self.p.op_memory[op]} bytes and fits on no device (bytes free: {free})")
+
+
+def schedule_length(p: Problem, where: list[int], sequence: list[int]) -> float:
+    """Length of the schedule that runs ops in ``sequence`` (a topological order) on devices
+    ``where``, each as early as its device and inputs allow, transfers without contention:
+    the model list schedulers and the MILP optimise."""
+    free = [0.0] * len(p.devices)
+    finish = [0.0] * p.n
+    for o in sequence:
+        d = where[o]
+        ready = max((finish[i] + p.comm(t, where[i], d) for i, t in p.preds[o]), default=0.0)
+        finish[o] = max(free[d], ready) + float(p.times[o, d])
+        free[d] = finish[o]
+    return max(finish, default=0.0)
+
+
+def model_makespan(plan: Plan, cluster: Cluster, cost: CostModel) -> float:
+    """:func:`schedule_length` of a Plan, its devices' orders merged by the plan's global
+    order (each device's order is kept; ops start as early as possible)."""
+    p = Problem(plan.graph, cluster, cost)
+    index = {name: i for i, name in enumerate(p.names)}
+    dev = {d: k for k, d in enumerate(p.devices)}
+    where = [dev[plan.placement[name]] for name in p.names]
+    queues = {d: [index[n] for n in ops] for d, ops in plan.order.items()}
+    done = [False] * p.n
+    sequence: list[int] = []
+    heads = dict.fromkeys(queues, 0)
+    while len(sequence) < p.n:
+        progressed = False
+        for d, ops in queues.items():
+            while heads[d] < len(ops) and all(done[i] for i, _ in p.preds[ops[heads[d]]]):
+                op = ops[heads[d]]
+                sequence.append(op)
+                done[op] = True
+                heads[d] += 1
+                progressed = True
+        if not progressed:
+            raise PlacementError(f"plan of policy {plan.policy!r}: device orders deadlock")
+    return schedule_length(p, where, sequence)
