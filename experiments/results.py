@@ -53,30 +53,35 @@ def format_table(df: pd.DataFrame) -> str:
 
 
 def plot_compare(df: pd.DataFrame, path: str | Path) -> Path:
-    """Grouped bars: makespan per policy for each (model, cluster); infeasible hatched."""
-    groups = list(dict.fromkeys(zip(df["model"], df["cluster"], strict=True)))
-    policies = list(dict.fromkeys(df["policy"]))
-    width = 0.8 / max(len(policies), 1)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(groups) * max(1, len(policies)) / 3),
-                                    4.2))
-    for j, policy in enumerate(policies):
-        sub = df[df["policy"] == policy].set_index(["model", "cluster"])
-        xs = [i + (j - (len(policies) - 1) / 2) * width for i in range(len(groups))]
-        ys = [sub["makespan_s"].get(g, float("nan")) * 1e3 for g in groups]
-        ok = [bool(sub["feasible"].get(g, True)) for g in groups]
-        bars = ax.bar(xs, ys, width, label=policy)
-        for bar, feasible in zip(bars, ok, strict=True):
-            if not feasible:
-                bar.set_hatch("//")
-    ax.set_xticks(range(len(groups)))
-    ax.set_xticklabels([f"{m}\n{c}" for m, c in groups])
-    ax.set_ylabel("simulated makespan (ms, log scale)")
-    ax.set_yscale("log")
-    ax.set_title("Placement policies compared (hatched: out of memory)")
-    ax.legend(fontsize="small")
+    """One panel per (model, step, cluster): a bar per policy (simulated makespan in ms),
+    the lower bound as a dashed line; red bars are infeasible (out of memory), missing bars
+    policies that could not place the graph."""
+    keys = ["model", "step", "cluster"] if "step" in df else ["model", "cluster"]
+    groups = list(dict.fromkeys(zip(*(df[k] for k in keys), strict=True)))
+    policies = sorted(dict.fromkeys(df["policy"]))
+    cols = min(2, len(groups))
+    rows = -(-len(groups) // cols)
+    fig, axes = plt.subplots(rows, cols, squeeze=False,
+                             figsize=(6.0 * cols, 0.28 * len(policies) * rows + 1.2 * rows))
+    for ax, group in zip(axes.flat, groups, strict=False):
+        sub = df[(df[keys] == pd.Series(group, index=keys)).all(axis=1)].set_index("policy")
+        times = [sub["makespan_s"].get(pol, float("nan")) * 1e3 for pol in policies]
+        colours = ["tab:blue" if bool(sub["feasible"].get(pol, True)) else "tab:red"
+                   for pol in policies]
+        ax.barh(policies, times, color=colours)
+        if "lower_bound_s" in sub and sub["lower_bound_s"].notna().any():
+            ax.axvline(float(sub["lower_bound_s"].max()) * 1e3, color="black",
+                       linestyle="--", linewidth=1, label="lower bound")
+            ax.legend(fontsize="x-small", loc="lower right")
+        ax.invert_yaxis()
+        ax.tick_params(labelsize="small")
+        ax.set_title(" / ".join(str(g) for g in group), fontsize="medium")
+        ax.set_xlabel("simulated makespan (ms)", fontsize="small")
+    for ax in list(axes.flat)[len(groups):]:
+        ax.set_visible(False)
     fig.tight_layout()
     buf = io.BytesIO()
     suffix = Path(path).suffix.lower().lstrip(".") or "png"
-    fig.savefig(buf, format=suffix, dpi=120)
+    fig.savefig(buf, format=suffix, dpi=110)
     plt.close(fig)
     return write_bytes_atomic(path, buf.getvalue())

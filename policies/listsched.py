@@ -168,8 +168,10 @@ class _ReadyPool:
 
 @register_policy
 class ETF(PlacementPolicy):
-    """Earliest Task First: repeatedly start the (ready op, device) pair that can start
-    soonest; ties go to the op of larger static level (upward rank)."""
+    """Earliest Task First: repeatedly start the ready op that can start soonest; ties go to
+    the op of larger static level (upward rank). On identical devices this is Hwang et al.'s
+    ETF; on heterogeneous ones an op's start is taken on the device where it would finish
+    first, so an idle slow device does not attract work a fast one would finish sooner."""
 
     name = "etf"
     memory_aware = False
@@ -180,6 +182,7 @@ class ETF(PlacementPolicy):
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
+        self.times = p.times
         n_dev = len(p.devices)
         level = np.asarray(p.upward_rank())
         fav = self.favourite_parents(p)
@@ -231,13 +234,17 @@ class ETF(PlacementPolicy):
             ok = np.isfinite(stay)
             start[kept[ok]] = np.inf
             start[kept[ok], cols[ok]] = stay[ok]
-        best = start.min()
         ops = np.asarray(pool.ops)
+        finish = start + self.times[ops]
+        device = np.argmin(finish, axis=1)  # each op's device: where it would finish first
+        rows = np.arange(k)
+        first_start = start[rows, device]
+        best = first_start.min()
         if not np.isfinite(best):
             raise book.fail(int(ops[np.argmax(level[ops])]))
-        rows, cols = np.nonzero(start == best)
-        first = np.lexsort((cols, ops[rows], -level[ops[rows]]))[0]
-        return int(rows[first]), int(cols[first]), float(best)
+        tied = np.flatnonzero(first_start == best)
+        pick = tied[np.lexsort((ops[tied], -level[ops[tied]]))[0]]
+        return int(pick), int(device[pick]), float(best)
 
 
 @register_policy

@@ -1,0 +1,171 @@
+"""Placement quality and speed of every policy, in three parts.
+
+1. Zoo training steps x catalog clusters x every policy: simulated step time, its ratio to
+   the lower bound, feasibility, and the policy's wall time.
+2. Random graphs of 8-12 ops on a heterogeneous 3-device cluster: heft, m_etf and metis
+   against the MILP optimum, in the model they all share (contention-free; the MILP's
+   objective) and simulated with contention.
+3. Placement wall time of every heuristic on a 10k-op layered graph on 16 H100s.
+
+    python benchmarks/placement_quality.py [--part 1,2,3] [--quick] [--out FILE.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
+from policies import POLICIES, plan
+from policies.bounds import lower_bound
+from policies.optimal import Optimal
+from policies.problem import model_makespan
+from policies.testing import random_dag
+from sim import simulate
+from workloads import build_model, training_graph
+from workloads.errors import PlacementError
+from workloads.io import write_text_atomic
+from workloads.synthetic import layered_dag
+
+HEURISTICS = [n for n in POLICIES.names() if n != "optimal"]
+WORKLOADS = (("resnet50", 32, None), ("inception_v3", 16, None), ("bert_base", 8, 128),
+             ("gpt2_small", 4, 512))
+CLUSTERS = ("workstation", "dgx1-v100", "dgx-h100", "hetero-box")
+
+
+def part_zoo(quick: bool) -> pd.DataFrame:
+    rows = []
+    workloads = WORKLOADS[:1] if quick else WORKLOADS
+    for model, batch, seq in workloads:
+        step = training_graph(build_model(model, batch=batch, seq_len=seq), "adam")
+        for cluster_name in CLUSTERS[:2] if quick else CLUSTERS:
+            cluster = get_cluster(cluster_name)
+            cost = RooflineCost(cluster)
+            bound = lower_bound(step, cluster, cost)
+            for policy in HEURISTICS:
+                start = time.perf_counter()
+                try:
+                    p = plan(step, cluster, policy, cost)
+                except PlacementError as err:
+                    rows.append({"model": model, "cluster": cluster_name, "policy": policy,
+                                 "step_ms": float("nan"), "vs_bound": float("nan"),
+                                 "feasible": False, "place_s": time.perf_counter() - start,
+                                 "note": str(err)[:60]})
+                    continue
+                elapsed = time.perf_counter() - start
+                r = simulate(p, cluster, cost)
+                rows.append({"model": model, "cluster": cluster_name, "policy": policy,
+                             "step_ms": r.makespan_s * 1e3, "vs_bound": r.makespan_s / bound,
+                             "feasible": r.feasible, "place_s": elapsed,
+                             "note": "" if r.feasible else "out of memory"})
+    return pd.DataFrame(rows)
+
+
+def small_cluster() -> Cluster:
+    """A CPU, a mid GPU and a fast GPU, fully connected (heterogeneous, contention-prone)."""
+    devices = (Device("cpu", "cpu", {"fp32": 2e12}, 2**36, 2e11),
+               Device("gpu-a", "gpu", {"fp32": 15e12}, 2**34, 9e11),
+               Device("gpu-b", "gpu", {"fp32": 30e12}, 2**34, 2e12))
+    links = (Link("cpu", "gpu-a", 16e9, 2e-6), Link("cpu", "gpu-b", 16e9, 2e-6),
+             Link("gpu-a", "gpu-b", 50e9, 1e-6))
+    return Cluster("small3", devices, links)
+
+
+def part_optimal(quick: bool) -> pd.DataFrame:
+    cluster = small_cluster()
+    cost = RooflineCost(cluster)
+    rows = []
+    seeds = range(4) if quick else range(20)
+    for seed in seeds:
+        graph = random_dag(8 + seed % 5, seed=seed, edge_probability=0.3)
+        best = plan(graph, cluster, Optimal(time_limit_s=30.0), cost)
+        best_model = best.estimated_makespan_s
+        best_sim = simulate(best, cluster, cost).makespan_s
+        for policy in ("heft", "m_etf", "metis"):
+            p = plan(graph, cluster, policy, cost)
+            rows.append({"seed": seed, "ops": len(graph), "policy": policy,
+                         "model_ratio": model_makespan(p, cluster, cost) / best_model,
+                         "sim_ratio": simulate(p, cluster, cost).makespan_s / best_sim,
+                         "optimal_status": best.info["status"],
+                         "gap": best.info["mip_gap"]})
+    return pd.DataFrame(rows)
+
+
+def part_speed(quick: bool) -> pd.DataFrame:
+    graph = layered_dag(2_000 if quick else 10_000, width=500, seed=0)
+    cluster = get_cluster("dgx-h100-x2-ib")
+    cost = RooflineCost(cluster)
+    rows = []
+    for policy in HEURISTICS:
+        start = time.perf_counter()
+        p = plan(graph, cluster, policy, cost)
+        elapsed = time.perf_counter() - start
+        rows.append({"policy": policy, "ops": len(graph), "devices": len(cluster.devices),
+                     "place_s": elapsed, "devices_used": len(p.order)})
+    return pd.DataFrame(rows)
+
+
+def header(args: argparse.Namespace) -> list[str]:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    flags = " ".join(a for a in sys.argv[1:])
+    return [f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}",
+            f"date: {datetime.date.today().isoformat()}",
+            f"command: python benchmarks/placement_quality.py {flags}".rstrip(), ""]
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", default="1,2,3")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    parts = {int(x) for x in args.part.split(",")}
+    out = header(args)
+    if 1 in parts:
+        df = part_zoo(args.quick)
+        out += ["### 1. Training steps (Adam) on catalog clusters", "",
+                df.to_markdown(index=False, floatfmt=".3g"), ""]
+        summary = df[df["feasible"]].groupby("policy").agg(
+            mean_vs_bound=("vs_bound", "mean"), worst_vs_bound=("vs_bound", "max"),
+            feasible=("feasible", "size"), max_place_s=("place_s", "max"))
+        out += ["Per policy over the feasible runs:", "",
+                summary.to_markdown(floatfmt=".3g"), ""]
+        print("\n".join(out), flush=True)
+    if 2 in parts:
+        df = part_optimal(args.quick)
+        summary = df.groupby("policy").agg(
+            mean_model_ratio=("model_ratio", "mean"), worst_model_ratio=("model_ratio", "max"),
+            mean_sim_ratio=("sim_ratio", "mean"), worst_sim_ratio=("sim_ratio", "max"))
+        statuses = df.drop_duplicates("seed")["optimal_status"].value_counts().to_dict()
+        out += ["### 2. Against the MILP optimum (random graphs of 8-12 ops, 3 devices)", "",
+                f"instances: {df['seed'].nunique()}; solver status: {statuses}; "
+                f"largest reported gap: {df['gap'].max():.3g}", "",
+                summary.to_markdown(floatfmt=".3f"), ""]
+        print("\n".join(out[-6:]), flush=True)
+    if 3 in parts:
+        df = part_speed(args.quick)
+        out += ["### 3. Placement time on a layered graph, 16 devices", "",
+                df.to_markdown(index=False, floatfmt=".3g"), "",
+                f"slowest: {df.loc[df['place_s'].idxmax(), 'policy']} "
+                f"({df['place_s'].max():.2f} s); median "
+                f"{statistics.median(df['place_s']):.2f} s", ""]
+        print("\n".join(out[-6:]), flush=True)
+    text = "\n".join(out) + "\n"
+    if args.out:
+        write_text_atomic(args.out, text)
+    return text
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()
