@@ -137,8 +137,9 @@ def main(argv: list[str] | None = None) -> str:
                 df.to_markdown(index=False, floatfmt=".3g"), ""]
         summary = df[df["feasible"]].groupby("policy").agg(
             mean_vs_bound=("vs_bound", "mean"), worst_vs_bound=("vs_bound", "max"),
-            feasible=("feasible", "size"), max_place_s=("place_s", "max"))
-        out += ["Per policy over the feasible runs:", "",
+            feasible_runs=("feasible", "size"), max_place_s=("place_s", "max"))
+        out += [f"Per policy over the feasible runs ({(~df['feasible']).sum()} of {len(df)} "
+                "runs infeasible):", "",
                 summary.to_markdown(floatfmt=".3g"), ""]
         print("\n".join(out), flush=True)
     if 2 in parts:
