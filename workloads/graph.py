@@ -1,4 +1,4 @@
-"""The common IR: :class:`Tensor`, :class:`Op` and the validated DAG :class:`Graph`.
+"""The common IR's graph: the validated DAG :class:`Graph` of :class:`Op` and :class:`Tensor`.
 
 Op costs are facts of the op (FLOPs, bytes moved, parameter and workspace bytes), never of a
 device: hardware models turn them into times.
@@ -7,9 +7,8 @@ device: hardware models turn them into times.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -18,175 +17,12 @@ import networkx as nx
 
 from workloads.arrays import GraphArrays
 from workloads.errors import GraphError
-from workloads.kinds import OP_KINDS
+from workloads.op import DTYPE_BYTES, OP_CLASSES, Op, Tensor, dtype_bytes
 
 __all__ = ["DTYPE_BYTES", "OP_CLASSES", "Edge", "Graph", "Op", "Tensor", "dtype_bytes"]
 
 FORMAT = "placelab.graph"
 VERSION = 1
-
-#: Size of one element of each supported dtype, in bytes.
-DTYPE_BYTES: dict[str, int] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1,
-    "int64": 8, "int32": 4, "int8": 1, "bool": 1,
-}
-
-#: Op classes a cost model distinguishes. ``source`` ops (graph inputs) do no work.
-OP_CLASSES: tuple[str, ...] = (
-    "source", "matmul", "conv", "elementwise", "reduction", "data_movement",
-)
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of ``dtype``.
-
-    >>> dtype_bytes("bf16")
-    2
-    """
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise GraphError(
-            f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}"
-        ) from None
-
-
-def _freeze(value: Any) -> Any:
-    """Lists become tuples so that attrs compare equal after a JSON round trip."""
-    if isinstance(value, list | tuple):
-        return tuple(_freeze(v) for v in value)
-    if isinstance(value, Mapping):
-        return {k: _freeze(v) for k, v in value.items()}
-    return value
-
-
-@dataclass(frozen=True)
-class Tensor:
-    """A value flowing along an edge: its name, shape and element type.
-
-    >>> Tensor("x", (2, 3), "fp16").nbytes
-    12
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str = "fp32"
-    nbytes: int = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(self.shape))
-        if any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
-            raise GraphError(
-                f"tensor {self.name!r}: shape must be positive integers, got {self.shape}"
-            )
-        object.__setattr__(self, "nbytes", math.prod(self.shape) * dtype_bytes(self.dtype))
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Tensor:
-        return cls(data["name"], tuple(data["shape"]), data.get("dtype", "fp32"))
-
-
-_COST_FIELDS = ("flops", "bytes_read", "bytes_written", "params", "param_bytes",
-                "workspace_bytes")
-
-
-@dataclass(frozen=True, eq=True)
-class Op:
-    """One operation: what it consumes and produces and what it costs, device-free.
-
-    ``params`` counts trainable parameters; ``param_bytes`` is all state resident with the
-    op (parameters and buffers such as batch-norm running statistics).
-
-    >>> op = Op("relu1", "relu", "elementwise", inputs=("x",),
-    ...         outputs=(Tensor("relu1", (4,)),), flops=4, bytes_read=16, bytes_written=16)
-    >>> op.output.nbytes
-    16
-    """
-
-    name: str
-    kind: str
-    op_class: str
-    inputs: tuple[str, ...] = ()
-    outputs: tuple[Tensor, ...] = ()
-    attrs: Mapping[str, Any] = field(default_factory=dict)
-    flops: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    params: int = 0
-    param_bytes: int = 0
-    workspace_bytes: int = 0
-
-    __hash__ = None  # type: ignore[assignment]  # attrs is a dict: ops are not hashable
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "attrs", _freeze(dict(self.attrs)))
-        if not self.name:
-            raise GraphError("op: name must be a non-empty string, got ''")
-        if self.kind not in OP_KINDS:
-            raise GraphError(f"op {self.name!r}: kind must be a known op kind (see "
-                             f"workloads.kinds.OP_KINDS), got {self.kind!r}")
-        if self.op_class not in OP_CLASSES:
-            raise GraphError(
-                f"op {self.name!r}: op_class must be one of {', '.join(OP_CLASSES)}, "
-                f"got {self.op_class!r}"
-            )
-        for name in _COST_FIELDS:
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or value < 0:
-                raise GraphError(f"op {self.name!r}: {name} must be >= 0, got {value!r}")
-
-    @property
-    def output(self) -> Tensor:
-        """The single output tensor (error if the op has several or none)."""
-        if len(self.outputs) != 1:
-            raise GraphError(
-                f"op {self.name!r}: expected exactly one output, got {len(self.outputs)}"
-            )
-        return self.outputs[0]
-
-    @property
-    def dtype(self) -> str:
-        """The compute dtype: that of the first output (fp32 for ops without outputs)."""
-        return self.outputs[0].dtype if self.outputs else "fp32"
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "name": self.name, "kind": self.kind, "op_class": self.op_class,
-            "inputs": list(self.inputs), "outputs": [t.to_dict() for t in self.outputs],
-            "attrs": _jsonable(self.attrs),
-        }
-        data.update({name: getattr(self, name) for name in _COST_FIELDS})
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Op:
-        try:
-            return cls(
-                name=data["name"], kind=data["kind"], op_class=data["op_class"],
-                inputs=tuple(data.get("inputs", ())),
-                outputs=tuple(Tensor.from_dict(t) for t in data.get("outputs", ())),
-                attrs=data.get("attrs", {}),
-                **{name: data.get(name, 0) for name in _COST_FIELDS},
-            )
-        except KeyError as err:
-            raise GraphError(f"op {data.get('name', '?')!r}: missing field {err}") from err
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, tuple | list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _jsonable(v) for k, v in value.items()}
-    return value
 
 
 @dataclass(frozen=True)
