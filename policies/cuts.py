@@ -169,9 +169,13 @@ class Spectral(_Bisection):
             lap = laplacian(a)
             if m <= 400:
                 _, vecs = np.linalg.eigh(lap.toarray())
-            else:
-                _, vecs = eigsh(lap, k=2, sigma=-1e-3, which="LM")
-            order = np.lexsort((np.arange(m), np.round(vecs[:, 1], 12))).tolist()
+            else:  # a fixed start vector: ARPACK's default is random
+                start = np.random.default_rng(0).random(m)
+                _, vecs = eigsh(lap, k=2, sigma=-1e-3, which="LM", v0=start)
+            fiedler = vecs[:, 1]
+            pivot = fiedler[np.argmax(np.abs(fiedler) > 1e-12)]
+            fiedler = fiedler * (1.0 if pivot >= 0 else -1.0)  # eigenvectors have no sign
+            order = np.lexsort((np.arange(m), np.round(fiedler, 9))).tolist()
         work = np.nan_to_num(p.mean_times[[ops[k] for k in order]])
         cut = int(np.searchsorted(np.cumsum(work), fraction * work.sum()))
         cut = min(max(cut, 1), m - 1)

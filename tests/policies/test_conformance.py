@@ -77,3 +77,15 @@ def test_optimal_refuses_large_graphs() -> None:
     with pytest.raises(PlacementError, match=r"has 177 ops; the MILP is limited to "
                                              r"max_ops=30"):
         plan(build_model("resnet50"), get_cluster("workstation"), "optimal")
+
+
+@pytest.mark.parametrize("name", ["spectral", "metis", "kernighan_lin", "m_sct", "random"])
+def test_large_graphs_place_deterministically(name: str) -> None:
+    # Beyond the conformance cases' sizes the solvers change (sparse eigensolver, LP).
+    from workloads.synthetic import layered_dag
+
+    graph = layered_dag(1200, width=60, seed=3)
+    cluster = get_cluster("dgx1-v100")
+    cost = RooflineCost(cluster)
+    assert plan(graph, cluster, name, cost).placement == plan(graph, cluster, name,
+                                                              cost).placement
