@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import ClassVar
 
 from hwmodels.cost import CostModel, make_cost_model
 from hwmodels.spec import Cluster
 from policies.plans import Placement, Plan, order_by_priority
-from workloads.errors import PlacementError
+from workloads.errors import HardwareSpecError, PlacementError
 from workloads.graph import Graph
 from workloads.registry import Registry
 
@@ -67,6 +68,26 @@ def make_policy(name: str) -> PlacementPolicy:
     return POLICIES.get(name)()
 
 
+def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
+                    devices: Mapping[str, str], policy: str) -> None:
+    """Every op must be placed on a device of the cluster that can run it."""
+    names = set(cluster.device_names)
+    for op, device in devices.items():
+        if device not in names:
+            raise PlacementError(f"policy {policy!r} placed op {op!r} on device {device!r}, "
+                                 f"which cluster {cluster.name!r} lacks")
+    try:
+        cost.op_times(graph, devices)
+    except HardwareSpecError:
+        for op in graph:
+            try:
+                cost.op_time(op, devices[op.name])
+            except HardwareSpecError as err:
+                raise PlacementError(f"policy {policy!r} placed op {op.name!r} on device "
+                                     f"{devices[op.name]!r}, which cannot run it: "
+                                     f"{err}") from err
+
+
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
          cost: CostModel | str = "roofline") -> Plan:
     """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
@@ -91,6 +112,7 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     order = proposal.order
     if order is None:
         order = order_by_priority(graph, proposal.devices, proposal.priority)
+    _check_runnable(graph, cluster, cost, proposal.devices, policy.name)
     result = Plan(graph, proposal.devices, order, policy=policy.name,
                   priority=proposal.priority, placement_s=elapsed,
                   estimated_makespan_s=proposal.estimated_makespan_s, info=proposal.info)

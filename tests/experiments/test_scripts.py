@@ -22,3 +22,12 @@ def test_whatif_npu_study(tmp_path: Path, monkeypatch) -> None:
     assert fits.sort_values("bandwidth_tbps")["step_s"].is_monotonic_decreasing
     by_bw = df.groupby("bandwidth_tbps")["step_s"].nunique()
     assert (by_bw == 1).all()
+
+
+def test_zoo_table_lists_every_model() -> None:
+    namespace = runpy.run_path(str(SCRIPTS / "zoo_table.py"))
+    table = namespace["markdown"](namespace["rows"]())
+    from workloads import list_models
+
+    assert all(f"`{name}`" in table for name in list_models())
+    assert "| `resnet50` | 177 | 25,557,032 |" in table

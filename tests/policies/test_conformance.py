@@ -89,3 +89,47 @@ def test_large_graphs_place_deterministically(name: str) -> None:
     cost = RooflineCost(cluster)
     assert plan(graph, cluster, name, cost).placement == plan(graph, cluster, name,
                                                               cost).placement
+
+
+def test_a_third_party_policy_runs_the_suite_and_a_broken_one_fails_it() -> None:
+    from policies import Placement, PlacementPolicy
+
+    class FirstDevice(PlacementPolicy):
+        name = "first_device"
+
+        def place(self, graph, cluster, cost) -> Placement:
+            first = cluster.device_names[0]
+            return Placement(dict.fromkeys((op.name for op in graph), first))
+
+    class Greedy(FirstDevice):
+        """Claims memory awareness but ignores it."""
+
+        name = "greedy"
+        memory_aware = True
+
+    class Flaky(FirstDevice):
+        """Different plan every time it is built."""
+
+        name = "flaky"
+        calls = 0
+
+        def place(self, graph, cluster, cost) -> Placement:
+            Flaky.calls += 1
+            names = cluster.device_names
+            return Placement(dict.fromkeys((op.name for op in graph),
+                                           names[Flaky.calls % len(names)]))
+
+    check_policy(FirstDevice)  # plan() refuses its fp64 ops on bf16-only devices for it
+    graph = random_dag(3, seed=5, dtype="fp64")
+    with pytest.raises(PlacementError, match=r"policy 'first_device' placed op 'o0' on device "
+                                             r"'b0', which cannot run it: device 'b0': has no "
+                                             r"peak rate for dtype 'fp64'"):
+        from hwmodels import Cluster, Device, Link
+
+        bf16 = tuple(Device(n, "npu", {"bf16": 1e12}, 2**30, 1e11) for n in ("b0", "b1"))
+        c = Cluster("bf16", bf16, (Link("b0", "b1", 1e10),))
+        plan(graph, c, FirstDevice(), RooflineCost(c))
+    with pytest.raises(AssertionError, match="the same seed gave a different plan"):
+        check_policy(Flaky)
+    with pytest.raises(AssertionError, match="claims to honour memory"):
+        check_policy(Greedy)
