@@ -99,23 +99,33 @@ class _Simulation:
         n, n_dev = len(a.names), self.n_dev
         dst_dev = op_dev[a.edge_dst]
         keys = a.edge_tensor * n_dev + dst_dev
-        self.read_keys = keys.tolist()
-        self.read_off = np.concatenate(([0], np.cumsum(np.bincount(a.edge_dst, minlength=n))
-                                        )).tolist()
-        self.pending = np.bincount(a.edge_dst, minlength=n).tolist()
+        own = np.arange(len(a.tensor_bytes)) * n_dev + op_dev[a.tensor_producer]
+        t_tensor = np.fromiter((a.tensor_index[t.tensor] for t in self.plan.transfers),
+                               np.int64, len(self.plan.transfers))
+        t_src = np.fromiter((dev_index[t.src] for t in self.plan.transfers), np.int64,
+                            len(self.plan.transfers))
+        # Dense ids for the (tensor, device) copies that exist, so counts live in a list.
+        unique = np.unique(np.concatenate((keys, own)))
+        read_ids = np.searchsorted(unique, keys)
+        own_ids = np.searchsorted(unique, own)
+        send_ids = np.searchsorted(unique, t_tensor * n_dev + t_src)
+        refs = np.bincount(read_ids, minlength=len(unique))
+        refs += np.bincount(send_ids, minlength=len(unique))
+        self.refs: list[int] = refs.tolist()
+        self.key_bytes: list[int] = a.tensor_bytes[unique // n_dev].tolist()
+        self.key_ids = unique
+        # Per-op ranges into flat lists (no list object per op: less to build and to scan).
+        counts = np.bincount(a.edge_dst, minlength=n)
+        self.read_ids, self.read_off = read_ids.tolist(), np.concatenate(
+            ([0], np.cumsum(counts))).tolist()
+        self.pending = counts.tolist()
         local = op_dev[a.edge_src] == dst_dev
         by_src = np.argsort(a.edge_src[local], kind="stable")
         self.wake = a.edge_dst[local][by_src].tolist()
-        self.wake_off = np.concatenate(([0], np.cumsum(np.bincount(a.edge_src[local],
-                                                                   minlength=n)))).tolist()
-        own = np.arange(len(a.tensor_bytes)) * n_dev + op_dev[a.tensor_producer]
-        unique, counts = np.unique(np.concatenate((keys, own)), return_counts=True)
-        self.refs: dict[int, int] = dict(zip(unique.tolist(), counts.tolist(), strict=True))
-        for key in own.tolist():
-            self.refs[key] -= 1
-        self.own_keys = own.tolist()
-        self.out_off = a.out_offsets.tolist()
-        self.tensor_bytes = a.tensor_bytes.tolist()
+        self.wake_off = np.concatenate(
+            ([0], np.cumsum(np.bincount(a.edge_src[local], minlength=n)))).tolist()
+        self.own_ids, self.out_off = own_ids.tolist(), a.out_offsets.tolist()
+        self._send_ids = send_ids.tolist()
         self.alloc = a.alloc_bytes.tolist()
         self.workspace = a.workspace_bytes.tolist()
         self.sends: dict[int, list[_Transfer]] = {}
@@ -125,9 +135,11 @@ class _Simulation:
         # Transfer time depends on size alone unless the model says otherwise: memoise it.
         by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         position = a.position
+        dst_ids = np.searchsorted(unique, t_tensor * n_dev + np.fromiter(
+            (dev_index[t.dst] for t in self.plan.transfers), np.int64,
+            len(self.plan.transfers))).tolist()
         for k, t in enumerate(self.plan.transfers):
-            src, dst, tensor = dev_index[t.src], dev_index[t.dst], a.tensor_index[t.tensor]
-            self.refs[tensor * n_dev + src] += 1
+            src, dst = dev_index[t.src], dev_index[t.dst]
             pair = (t.src, t.dst)
             if pair not in routes:
                 routes[pair] = tuple(h.channel for h in self.cluster.route(t.src, t.dst))
@@ -139,8 +151,8 @@ class _Simulation:
             else:
                 duration = cost.tensor_transfer_time(t.tensor, t.nbytes, t.src, t.dst)
             transfer = _Transfer(k, t.nbytes, src, dst, duration, routes[pair],
-                                 [position[c] for c in t.consumers], tensor * n_dev + src,
-                                 tensor * n_dev + dst)
+                                 [position[c] for c in t.consumers], self._send_ids[k],
+                                 dst_ids[k])
             self.sends.setdefault(position[t.producer], []).append(transfer)
             self.transfers.append(transfer)
 
@@ -150,8 +162,8 @@ class _Simulation:
         self.used = [int(x) for x in resident]
         self.resident = list(self.used)
         self.peak = list(self.used)
-        self.timeline: list[tuple[float, int, int]] = [(0.0, d, u) for d, u in
-                                                       enumerate(self.used)]
+        # (time, device, bytes) triples laid flat: numbers only, nothing for the GC to scan
+        self.timeline: list[float] = [x for d, u in enumerate(self.used) for x in (0.0, d, u)]
         self.overflow = ""
         for d, used in enumerate(self.used):
             if used > self.capacity[d]:
@@ -172,13 +184,12 @@ class _Simulation:
                     f"transfer {self.plan.transfers[transfer.index].name!r} requested")
             self._overflow(d, used, what)
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: int, d: int) -> None:
         left = self.refs[key] - 1
         self.refs[key] = left
         if left == 0:
-            d = key % self.n_dev
-            self.used[d] -= self.tensor_bytes[key // self.n_dev]
-            self.timeline.append((self.env.now, d, self.used[d]))
+            self.used[d] -= self.key_bytes[key]
+            self.timeline.extend((self.env.now, d, self.used[d]))
 
     # -- issue rule (overridden for priority order) -------------------------------------
 
@@ -211,7 +222,7 @@ class _Simulation:
         if alloc:
             used = self.used[d] + alloc
             self.used[d] = used
-            self.timeline.append((now, d, used))
+            self.timeline.extend((now, d, used))
             if used > self.peak[d]:
                 self._new_peak(d, used, op, None)
         self.start[op], self.end[op], self.stream[op] = now, now + duration, stream
@@ -225,22 +236,22 @@ class _Simulation:
         op: int = event._value
         d = self.op_dev[op]
         self.free_streams[d].append(self.stream[op])
-        used, timeline, now = self.used, self.timeline, self.env.now
+        used, log, now = self.used, self.timeline.extend, self.env.now
         workspace = self.workspace[op]
         if workspace:
             used[d] -= workspace
-            timeline.append((now, d, used[d]))
-        refs, n_dev, nbytes = self.refs, self.n_dev, self.tensor_bytes
-        for key in self.read_keys[self.read_off[op]:self.read_off[op + 1]]:
+            log((now, d, used[d]))
+        refs, nbytes = self.refs, self.key_bytes
+        for key in self.read_ids[self.read_off[op]:self.read_off[op + 1]]:
             left = refs[key] - 1
             refs[key] = left
             if left == 0:
-                used[d] -= nbytes[key // n_dev]
-                timeline.append((now, d, used[d]))
-        for t in range(self.out_off[op], self.out_off[op + 1]):
-            if refs[self.own_keys[t]] == 0:
-                used[d] -= nbytes[t]
-                timeline.append((now, d, used[d]))
+                used[d] -= nbytes[key]
+                log((now, d, used[d]))
+        for key in self.own_ids[self.out_off[op]:self.out_off[op + 1]]:
+            if refs[key] == 0:
+                used[d] -= nbytes[key]
+                log((now, d, used[d]))
         pending, ready = self.pending, self._ready
         for reader in self.wake[self.wake_off[op]:self.wake_off[op + 1]]:
             pending[reader] -= 1
@@ -266,7 +277,7 @@ class _Simulation:
         t.start, t.end, t.engine = start, end, engine
         used = self.used[t.dst] + t.nbytes
         self.used[t.dst] = used
-        self.timeline.append((now, t.dst, used))
+        self.timeline.extend((now, t.dst, used))
         if used > self.peak[t.dst]:
             self._new_peak(t.dst, used, -1, t)
         event = simpy.Event(self.env)
@@ -276,7 +287,7 @@ class _Simulation:
 
     def _transfer_done(self, event: simpy.Event) -> None:
         t: _Transfer = event._value
-        self._release(t.key)
+        self._release(t.key, t.src)
         pending = self.pending
         for reader in t.consumers:
             pending[reader] -= 1
@@ -303,7 +314,7 @@ class _Simulation:
             peak_memory_bytes=dict(zip(self.devices, self.peak, strict=True)),
             memory_capacity_bytes=dict(zip(self.devices, self.capacity, strict=True)),
             resident_bytes=dict(zip(self.devices, self.resident, strict=True)),
-            memory_timeline=self.timeline, devices=tuple(self.devices), plan=self.plan,
+            memory_log=self.timeline, devices=tuple(self.devices), plan=self.plan,
             cluster=self.cluster.name, job=job, _run=self,
         )
 

@@ -78,7 +78,8 @@ class SimResult:
     peak_memory_bytes: dict[str, int]
     memory_capacity_bytes: dict[str, int]
     resident_bytes: dict[str, int]
-    memory_timeline: list[tuple[float, int, int]] = field(repr=False)
+    #: Memory in use over time, as flat (time_s, device index, bytes) triples.
+    memory_log: list[float] = field(repr=False)
     devices: tuple[str, ...] = ()
     plan: Plan | None = field(default=None, repr=False)
     cluster: str = ""
@@ -101,10 +102,11 @@ class SimResult:
 
     def memory_frame(self) -> pd.DataFrame:
         """Memory in use over time: one row per change, columns ``time_s, device, bytes``."""
-        times, devs, used = zip(*self.memory_timeline, strict=True) if self.memory_timeline \
-            else ((), (), ())
-        return pd.DataFrame({"time_s": times, "device": [self.devices[d] for d in devs],
-                             "bytes": used})
+        log = np.asarray(self.memory_log, dtype=float).reshape(-1, 3)
+        names = np.asarray(self.devices, dtype=object)
+        return pd.DataFrame({"time_s": log[:, 0],
+                             "device": names[log[:, 1].astype(int)] if len(log) else [],
+                             "bytes": log[:, 2].astype(np.int64)})
 
     def write_gantt(self, path: str | Path, *, title: str = "") -> Path:
         """Write a Gantt chart of the trace (PNG or SVG by suffix)."""
