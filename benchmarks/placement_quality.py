@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
-import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import pandas as pd
+from machine import describe
 
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import POLICIES, plan
@@ -113,13 +111,9 @@ def part_speed(quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def header(args: argparse.Namespace) -> list[str]:
-    cpu = next((line.split(":", 1)[1].strip() for line in
-                Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
+def header() -> list[str]:
     flags = " ".join(a for a in sys.argv[1:])
-    return [f"machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}",
-            f"date: {datetime.date.today().isoformat()}",
+    return [describe(), f"date: {datetime.date.today().isoformat()}",
             f"command: python benchmarks/placement_quality.py {flags}".rstrip(), ""]
 
 
@@ -130,7 +124,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     parts = {int(x) for x in args.part.split(",")}
-    out = header(args)
+    out = header()
+    print("\n".join(out), flush=True)
     if 1 in parts:
         df = part_zoo(args.quick)
         out += ["### 1. Training steps (Adam) on catalog clusters", "",
@@ -141,7 +136,7 @@ def main(argv: list[str] | None = None) -> str:
         out += [f"Per policy over the feasible runs ({(~df['feasible']).sum()} of {len(df)} "
                 "runs infeasible):", "",
                 summary.to_markdown(floatfmt=".3g"), ""]
-        print("\n".join(out), flush=True)
+        print("\n".join(out[4:]), flush=True)
     if 2 in parts:
         df = part_optimal(args.quick)
         summary = df.groupby("policy").agg(
@@ -168,5 +163,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     main()

@@ -18,14 +18,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import os
-import platform
-import sys
 import time
 import tracemalloc
-from pathlib import Path
 
 import simpy
+from machine import describe
 
 from hwmodels import Cluster, CostModel, Link, RooflineCost, get_device
 from policies import Plan, order_by_priority
@@ -33,16 +30,6 @@ from sim import simulate
 from workloads.graph import Graph
 from workloads.io import write_text_atomic
 from workloads.synthetic import layered_dag
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def switch_cluster(n: int) -> Cluster:
@@ -135,8 +122,7 @@ def main(argv: list[str] | None = None) -> str:
     sizes = [int(s) for s in args.sizes.split(",")]
     device_counts = [int(s) for s in args.devices.split(",")]
     lines = [
-        f"machine: {cpu_name()}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, simpy {simpy.__version__}",
+        f"{describe()}, simpy {simpy.__version__}",
         f"date: {datetime.date.today().isoformat()}",
         f"command: python benchmarks/sim_speed.py --sizes {args.sizes} "
         f"--devices {args.devices}", "",
@@ -172,5 +158,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     main()
