@@ -25,6 +25,9 @@ from workloads.errors import HardwareSpecError
 from workloads.graph import DTYPE_BYTES, OP_CLASSES, Graph, Op
 from workloads.registry import Registry
 
+#: Op -> device name, or device indices in ``graph.arrays`` order.
+Placement = Mapping[str, str] | np.ndarray
+
 __all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
            "make_cost_model"]
 
@@ -54,8 +57,16 @@ class CostModel(ABC):
     def op_time(self, op: Op, device: str) -> float:
         """Seconds ``op`` takes on the device named ``device``."""
 
-    def op_times(self, graph: Graph, placement: Mapping[str, str]) -> list[float]:
-        """:meth:`op_time` of every op on its placed device, in ``graph.arrays`` order."""
+    def op_times(self, graph: Graph, placement: Placement) -> list[float]:
+        """:meth:`op_time` of every op on its placed device, in ``graph.arrays`` order.
+
+        ``placement`` maps op names to device names, or is an integer array of indices into
+        ``cluster.device_names`` in ``graph.arrays`` order (what executors already hold).
+        """
+        names = self.cluster.device_names
+        if isinstance(placement, np.ndarray):
+            return [self.op_time(graph.op(op), names[d])
+                    for op, d in zip(graph.arrays.names, placement.tolist(), strict=True)]
         return [self.op_time(graph.op(name), placement[name]) for name in graph.arrays.names]
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
@@ -120,31 +131,43 @@ class RooflineCost(CostModel):
         memory = moved / (d.memory_bandwidth * d.efficiency_for(op.op_class, moved))
         return d.launch_overhead_s + max(compute, memory)
 
-    def op_times(self, graph: Graph, placement: Mapping[str, str]) -> list[float]:
-        """Vectorised :meth:`op_time`, equal to it op for op."""
+    def op_times(self, graph: Graph, placement: Placement) -> list[float]:
+        """Vectorised :meth:`op_time`, equal to it op for op (one pass per device and class)."""
         a = graph.arrays
         names = self.cluster.device_names
-        index = {d: i for i, d in enumerate(names)}
-        where = np.fromiter((index[placement[n]] for n in a.names), np.int64, len(a.names))
+        where = placement if isinstance(placement, np.ndarray) else _codes(
+            a.names, placement, names)
         times = np.zeros(len(a.names))
-        dtypes = tuple(DTYPE_BYTES)
-        for i in np.unique(where).tolist():
+        dtypes, n_classes = tuple(DTYPE_BYTES), len(OP_CLASSES)
+        key = where * n_classes + a.op_class
+        order = np.argsort(key, kind="stable")
+        cuts = np.flatnonzero(np.diff(key[order])) + 1
+        for sel in np.split(order, cuts):
+            if not len(sel):
+                continue
+            i, c = divmod(int(key[sel[0]]), n_classes)
+            op_class = OP_CLASSES[c]
+            if op_class == "source":
+                continue
             d = self.spec(names[i])
-            on = where == i
-            for c in np.unique(a.op_class[on]).tolist():
-                op_class = OP_CLASSES[c]
-                if op_class == "source":
-                    continue
-                sel = on & (a.op_class == c)
-                flops, moved, dt = a.flops[sel], a.moved_bytes[sel], a.dtype[sel]
+            flops, moved, dt = a.flops[sel], a.moved_bytes[sel], a.dtype[sel]
+            if dt.min() == dt.max():  # the usual case: one dtype in the group
+                peak = np.full(len(flops), d.peak_flops(dtypes[int(dt[0])]) if flops.any()
+                               else 1.0)
+            else:
                 peak = np.ones(len(flops))
                 for k in np.unique(dt[flops > 0]).tolist():
                     peak[dt == k] = d.peak_flops(dtypes[k])
-                compute = np.where(flops > 0, flops / (peak * _efficiency(d, op_class, flops)),
-                                   0.0)
-                memory = moved / (d.memory_bandwidth * _efficiency(d, op_class, moved))
-                times[sel] = d.launch_overhead_s + np.maximum(compute, memory)
+            compute = np.where(flops > 0, flops / (peak * _efficiency(d, op_class, flops)), 0.0)
+            memory = moved / (d.memory_bandwidth * _efficiency(d, op_class, moved))
+            times[sel] = d.launch_overhead_s + np.maximum(compute, memory)
         return times.tolist()
+
+
+def _codes(ops: Sequence[str], placement: Mapping[str, str],
+           devices: Sequence[str]) -> np.ndarray:
+    index = {d: i for i, d in enumerate(devices)}
+    return np.fromiter((index[placement[n]] for n in ops), np.int64, len(ops))
 
 
 def _efficiency(device: Device, op_class: str, size: np.ndarray) -> np.ndarray | float:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from hwmodels.spec import Cluster
 from workloads.errors import PlacementError
@@ -188,6 +189,17 @@ class Plan:
         return tuple(transfers)
 
     # -- queries ------------------------------------------------------------------------
+
+    def device_codes(self, devices: tuple[str, ...]) -> np.ndarray:
+        """Each op's device as an index into ``devices``, in ``graph.arrays`` order
+        (computed once per device tuple)."""
+        cache: dict[tuple[str, ...], np.ndarray] = self.__dict__.setdefault("_codes", {})
+        if devices not in cache:
+            index = {d: i for i, d in enumerate(devices)}
+            names = self.graph.arrays.names
+            cache[devices] = np.fromiter((index[self.placement[n]] for n in names),
+                                         np.int64, len(names))
+        return cache[devices]
 
     @property
     def devices(self) -> tuple[str, ...]:

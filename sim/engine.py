@@ -35,7 +35,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, Event
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
@@ -49,20 +49,6 @@ __all__ = ["ORDERS", "simulate"]
 ORDERS: tuple[str, ...] = ("plan", "priority")
 
 
-class _Transfer:
-    __slots__ = ("channels", "consumers", "dst", "dst_key", "duration", "end", "engine",
-                 "index", "key", "nbytes", "src", "start")
-
-    def __init__(self, index: int, nbytes: int, src: int, dst: int, duration: float,
-                 channels: tuple[str, ...], consumers: list[int], key: int,
-                 dst_key: int) -> None:
-        self.index, self.nbytes, self.src, self.dst = index, nbytes, src, dst
-        self.duration, self.channels, self.consumers = duration, channels, consumers
-        self.key, self.dst_key = key, dst_key
-        self.start = self.end = 0.0
-        self.engine = 0
-
-
 class _Simulation:
     """One run in plan order; :class:`_PrioritySimulation` overrides the issue rule."""
 
@@ -74,11 +60,9 @@ class _Simulation:
         self.devices = list(cluster.device_names)
         self.n_dev = len(self.devices)
         dev_index = {d: i for i, d in enumerate(self.devices)}
-        placement = plan.placement
-        op_dev = np.fromiter((dev_index[placement[n]] for n in self.names), np.int64,
-                             len(self.names))
+        op_dev = plan.device_codes(tuple(self.devices))
         self.op_dev: list[int] = op_dev.tolist()
-        self.op_time = cost.op_times(plan.graph, placement)
+        self.op_time = cost.op_times(plan.graph, op_dev)
         self.order = [[arrays.position[n] for n in plan.order.get(d, ())]
                       for d in self.devices]
         self.next = [0] * self.n_dev
@@ -87,39 +71,45 @@ class _Simulation:
         self.copy_free = [[0.0] * cluster.device(d).copy_engines for d in self.devices]
         self.link_free: dict[str, float] = {}
         n = len(self.names)
-        self.start, self.end, self.stream = [0.0] * n, [0.0] * n, [0] * n
-        self.busy = [0.0] * self.n_dev
+        self.start, self.stream = [0.0] * n, [0] * n
         self._wire(arrays, op_dev, cost, dev_index)
         self._init_memory(arrays, op_dev, cluster)
+        # bound once: a bound method made per event would be one more allocation each
+        self._on_op_done = self._op_done
+        self._on_transfer_done = self._transfer_done
 
     def _wire(self, a: GraphArrays, op_dev: np.ndarray, cost: CostModel,
               dev_index: dict[str, int]) -> None:
         """Flat per-op lists: the copies each op reads, the local readers it wakes, the
         transfers it sends. A key names a tensor's copy on one device."""
         n, n_dev = len(a.names), self.n_dev
+        n_tensors, transfers = len(a.tensor_bytes), self.plan.transfers
         dst_dev = op_dev[a.edge_dst]
-        keys = a.edge_tensor * n_dev + dst_dev
-        own = np.arange(len(a.tensor_bytes)) * n_dev + op_dev[a.tensor_producer]
-        t_tensor = np.fromiter((a.tensor_index[t.tensor] for t in self.plan.transfers),
-                               np.int64, len(self.plan.transfers))
-        t_src = np.fromiter((dev_index[t.src] for t in self.plan.transfers), np.int64,
-                            len(self.plan.transfers))
-        # Dense ids for the (tensor, device) copies that exist, so counts live in a list.
-        unique = np.unique(np.concatenate((keys, own)))
-        read_ids = np.searchsorted(unique, keys)
-        own_ids = np.searchsorted(unique, own)
-        send_ids = np.searchsorted(unique, t_tensor * n_dev + t_src)
-        refs = np.bincount(read_ids, minlength=len(unique))
-        refs += np.bincount(send_ids, minlength=len(unique))
+        t_tensor = np.fromiter((a.tensor_index[t.tensor] for t in transfers), np.int64,
+                               len(transfers))
+        t_dst = np.fromiter((dev_index[t.dst] for t in transfers), np.int64, len(transfers))
+        # Copy ids: tensor t's copy on its producer's device is t; the copy transfer k
+        # brings to another device is n_tensors + k (one transfer per tensor and device).
+        remote_keys = t_tensor * n_dev + t_dst
+        by_key = np.argsort(remote_keys, kind="stable")
+        local = op_dev[a.edge_src] == dst_dev
+        read_ids = a.edge_tensor.copy()
+        far = ~local
+        if far.any():
+            slot = np.searchsorted(remote_keys[by_key], a.edge_tensor[far] * n_dev + dst_dev[far])
+            read_ids[far] = n_tensors + by_key[slot]
+        send_ids = t_tensor
+        refs = np.bincount(read_ids, minlength=n_tensors + len(transfers))
+        refs[:n_tensors] += np.bincount(send_ids, minlength=n_tensors)
         self.refs: list[int] = refs.tolist()
-        self.key_bytes: list[int] = a.tensor_bytes[unique // n_dev].tolist()
-        self.key_ids = unique
+        self.key_bytes: list[int] = np.concatenate(
+            (a.tensor_bytes, a.tensor_bytes[t_tensor])).tolist()
+        own_ids = np.arange(n_tensors)
         # Per-op ranges into flat lists (no list object per op: less to build and to scan).
         counts = np.bincount(a.edge_dst, minlength=n)
         self.read_ids, self.read_off = read_ids.tolist(), np.concatenate(
             ([0], np.cumsum(counts))).tolist()
         self.pending = counts.tolist()
-        local = op_dev[a.edge_src] == dst_dev
         by_src = np.argsort(a.edge_src[local], kind="stable")
         self.wake = a.edge_dst[local][by_src].tolist()
         self.wake_off = np.concatenate(
@@ -128,33 +118,47 @@ class _Simulation:
         self._send_ids = send_ids.tolist()
         self.alloc = a.alloc_bytes.tolist()
         self.workspace = a.workspace_bytes.tolist()
-        self.sends: dict[int, list[_Transfer]] = {}
-        self.transfers: list[_Transfer] = []
+        self._wire_transfers(a, cost, dev_index, n_tensors)
+
+    def _wire_transfers(self, a: GraphArrays, cost: CostModel, dev_index: dict[str, int],
+                        n_tensors: int) -> None:
+        """Transfers as parallel lists indexed by transfer number (no object each: less to
+        build and nothing for the GC to scan); ``send``/``send_off`` give each op's."""
+        transfers, position = self.plan.transfers, a.position
+        m = len(transfers)
+        self.t_src = [dev_index[t.src] for t in transfers]
+        self.t_dst = [dev_index[t.dst] for t in transfers]
+        self.t_bytes = [t.nbytes for t in transfers]
+        self.t_key = self._send_ids
         routes: dict[tuple[str, str], tuple[str, ...]] = {}
         durations: dict[tuple[int, str, str], float] = {}
         # Transfer time depends on size alone unless the model says otherwise: memoise it.
         by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
-        position = a.position
-        dst_ids = np.searchsorted(unique, t_tensor * n_dev + np.fromiter(
-            (dev_index[t.dst] for t in self.plan.transfers), np.int64,
-            len(self.plan.transfers))).tolist()
-        for k, t in enumerate(self.plan.transfers):
-            src, dst = dev_index[t.src], dev_index[t.dst]
+        self.t_channels: list[tuple[str, ...]] = []
+        self.t_duration: list[float] = []
+        self.t_readers: list[int] = []
+        self.t_readers_off = [0]
+        for t in transfers:
             pair = (t.src, t.dst)
             if pair not in routes:
                 routes[pair] = tuple(h.channel for h in self.cluster.route(t.src, t.dst))
+            self.t_channels.append(routes[pair])
             if by_size:
                 size = (t.nbytes, t.src, t.dst)
                 if size not in durations:
                     durations[size] = cost.transfer_time(t.nbytes, t.src, t.dst)
-                duration = durations[size]
+                self.t_duration.append(durations[size])
             else:
-                duration = cost.tensor_transfer_time(t.tensor, t.nbytes, t.src, t.dst)
-            transfer = _Transfer(k, t.nbytes, src, dst, duration, routes[pair],
-                                 [position[c] for c in t.consumers], self._send_ids[k],
-                                 dst_ids[k])
-            self.sends.setdefault(position[t.producer], []).append(transfer)
-            self.transfers.append(transfer)
+                self.t_duration.append(cost.tensor_transfer_time(t.tensor, t.nbytes, t.src,
+                                                                 t.dst))
+            self.t_readers.extend(position[c] for c in t.consumers)
+            self.t_readers_off.append(len(self.t_readers))
+        producers = np.fromiter((position[t.producer] for t in transfers), np.int64, m)
+        by_op = np.argsort(producers, kind="stable")
+        self.send = by_op.tolist()
+        self.send_off = np.concatenate(
+            ([0], np.cumsum(np.bincount(producers, minlength=len(a.names))))).tolist()
+        self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
 
     def _init_memory(self, a: GraphArrays, op_dev: np.ndarray, cluster: Cluster) -> None:
         self.capacity = [cluster.device(d).memory_bytes for d in self.devices]
@@ -177,11 +181,11 @@ class _Simulation:
                          f"t={self.env.now:.6g} s ({what}): needs {used} bytes, has "
                          f"{self.capacity[d]}")
 
-    def _new_peak(self, d: int, used: int, op: int, transfer: _Transfer | None) -> None:
+    def _new_peak(self, d: int, used: int, op: int, transfer: int | None) -> None:
         self.peak[d] = used
         if used > self.capacity[d] and not self.overflow:
             what = (f"op {self.names[op]!r} starts" if transfer is None else
-                    f"transfer {self.plan.transfers[transfer.index].name!r} requested")
+                    f"transfer {self.plan.transfers[transfer].name!r} requested")
             self._overflow(d, used, what)
 
     def _release(self, key: int, d: int) -> None:
@@ -199,8 +203,9 @@ class _Simulation:
     def _try_start(self, d: int) -> None:
         order, free, pending = self.order[d], self.free_streams[d], self.pending
         nxt = self.next[d]
+        start_op = self._start_op
         while free and nxt < len(order) and pending[order[nxt]] == 0:
-            self._start_op(order[nxt], d, free.pop())
+            start_op(order[nxt], d, free.pop())
             nxt += 1
         self.next[d] = nxt
 
@@ -217,7 +222,7 @@ class _Simulation:
 
     def _start_op(self, op: int, d: int, stream: int) -> None:
         env = self.env
-        now, duration = env.now, self.op_time[op]
+        now, duration = env._now, self.op_time[op]
         alloc = self.alloc[op]
         if alloc:
             used = self.used[d] + alloc
@@ -225,18 +230,19 @@ class _Simulation:
             self.timeline.extend((now, d, used))
             if used > self.peak[d]:
                 self._new_peak(d, used, op, None)
-        self.start[op], self.end[op], self.stream[op] = now, now + duration, stream
-        self.busy[d] += duration
-        event = simpy.Event(env)
-        event._ok, event._value = True, op
-        event.callbacks.append(self._op_done)
+        self.start[op] = now
+        self.stream[op] = stream
+        event = Event(env)
+        event._ok = True
+        event._value = op
+        event.callbacks.append(self._on_op_done)
         env.schedule(event, NORMAL, duration)
 
     def _op_done(self, event: simpy.Event) -> None:
         op: int = event._value
         d = self.op_dev[op]
         self.free_streams[d].append(self.stream[op])
-        used, log, now = self.used, self.timeline.extend, self.env.now
+        used, log, now = self.used, self.timeline.extend, self.env._now
         workspace = self.workspace[op]
         if workspace:
             used[d] -= workspace
@@ -257,50 +263,72 @@ class _Simulation:
             pending[reader] -= 1
             if pending[reader] == 0 and ready is not None:
                 ready(reader)
-        sends = self.sends.get(op)
-        if sends:
-            for transfer in sends:
-                self._start_transfer(transfer)
-        order, nxt = self.order[d], self.next[d]
-        if (nxt < len(order) and pending[order[nxt]] == 0) or ready is not None:
+        first, last = self.send_off[op], self.send_off[op + 1]
+        if first < last:
+            for k in self.send[first:last]:
+                self._start_transfer(k)
+        if ready is not None:
             self._try_start(d)
+            return
+        order, free, nxt = self.order[d], self.free_streams[d], self.next[d]
+        if free and nxt < len(order) and pending[order[nxt]] == 0:  # _try_start, inlined
+            start_op = self._start_op
+            while free and nxt < len(order) and pending[order[nxt]] == 0:
+                start_op(order[nxt], d, free.pop())
+                nxt += 1
+            self.next[d] = nxt
 
-    def _start_transfer(self, t: _Transfer) -> None:
-        now = self.env.now
-        engines = self.copy_free[t.src]
-        engine = min(range(len(engines)), key=engines.__getitem__)
-        start = max(now, engines[engine], *[self.link_free.get(c, 0.0) for c in t.channels])
-        end = start + t.duration
+    def _start_transfer(self, k: int) -> None:
+        env = self.env
+        now = env._now
+        src, dst = self.t_src[k], self.t_dst[k]
+        engines = self.copy_free[src]
+        start = min(engines)
+        engine = engines.index(start)
+        link_free = self.link_free
+        channels = self.t_channels[k]
+        for channel in channels:
+            busy = link_free.get(channel, 0.0)
+            if busy > start:
+                start = busy
+        if now > start:
+            start = now
+        end = start + self.t_duration[k]
         engines[engine] = end
-        for channel in t.channels:
-            self.link_free[channel] = end
-        t.start, t.end, t.engine = start, end, engine
-        used = self.used[t.dst] + t.nbytes
-        self.used[t.dst] = used
-        self.timeline.extend((now, t.dst, used))
-        if used > self.peak[t.dst]:
-            self._new_peak(t.dst, used, -1, t)
-        event = simpy.Event(self.env)
-        event._ok, event._value = True, t
-        event.callbacks.append(self._transfer_done)
-        self.env.schedule(event, NORMAL, end - now)
+        for channel in channels:
+            link_free[channel] = end
+        self.t_start[k], self.t_end[k], self.t_engine[k] = start, end, engine
+        used = self.used[dst] + self.t_bytes[k]
+        self.used[dst] = used
+        self.timeline.extend((now, dst, used))
+        if used > self.peak[dst]:
+            self._new_peak(dst, used, -1, k)
+        event = Event(env)
+        event._ok = True
+        event._value = k
+        event.callbacks.append(self._on_transfer_done)
+        env.schedule(event, NORMAL, end - now)
 
     def _transfer_done(self, event: simpy.Event) -> None:
-        t: _Transfer = event._value
-        self._release(t.key, t.src)
-        pending = self.pending
-        for reader in t.consumers:
+        k: int = event._value
+        self._release(self.t_key[k], self.t_src[k])
+        pending, ready = self.pending, self._ready
+        for reader in self.t_readers[self.t_readers_off[k]:self.t_readers_off[k + 1]]:
             pending[reader] -= 1
-            if pending[reader] == 0 and self._ready is not None:
-                self._ready(reader)
-        self._try_start(t.dst)
+            if pending[reader] == 0 and ready is not None:
+                ready(reader)
+        self._try_start(self.t_dst[k])
 
     # -- result -------------------------------------------------------------------------
 
     def result(self, job: str) -> SimResult:
         ran = sum(self.next)
-        makespan = max(max(self.end, default=0.0),
-                       max((t.end for t in self.transfers), default=0.0))
+        duration = np.asarray(self.op_time, dtype=float)
+        self.end = np.asarray(self.start, dtype=float) + duration
+        self.busy = np.bincount(np.asarray(self.op_dev, dtype=np.int64), weights=duration,
+                                minlength=self.n_dev).tolist()
+        makespan = max(float(self.end.max()) if len(self.end) else 0.0,
+                       max(self.t_end, default=0.0))
         reason = self.overflow
         if ran < len(self.names):
             reason = reason or f"only {ran} of {len(self.names)} ops ran"

@@ -45,17 +45,16 @@ def build_trace(run: Any, job: str) -> pd.DataFrame:
         "flops": [op.flops for op in ops],
         "bytes": [op.bytes_read + op.bytes_written for op in ops],
     })
-    transfers = run.transfers
-    m = len(transfers)
+    m = len(run.t_src)
     moved = pd.DataFrame({
         "job": [job] * m, "name": [t.name for t in run.plan.transfers],
         "kind": ["transfer"] * m, "device": [""] * m,
-        "src": [run.devices[t.src] for t in transfers],
-        "dst": [run.devices[t.dst] for t in transfers],
-        "stream": [",".join((f"{run.devices[t.src]}/copy{t.engine}", *t.channels))
-                   for t in transfers],
-        "start_s": [t.start for t in transfers], "end_s": [t.end for t in transfers],
-        "flops": [0] * m, "bytes": [t.nbytes for t in transfers],
+        "src": [run.devices[d] for d in run.t_src],
+        "dst": [run.devices[d] for d in run.t_dst],
+        "stream": [",".join((f"{run.devices[d]}/copy{e}", *c))
+                   for d, e, c in zip(run.t_src, run.t_engine, run.t_channels, strict=True)],
+        "start_s": run.t_start, "end_s": run.t_end,
+        "flops": [0] * m, "bytes": run.t_bytes,
     })
     trace = pd.concat([compute, moved], ignore_index=True) if m else compute
     trace = trace.astype({"start_s": "float64", "end_s": "float64", "flops": "int64",
