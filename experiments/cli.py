@@ -252,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=_cmd_list)
 
+    _add_model_commands(sub)
+    _add_hw_commands(sub)
+    _add_run_commands(sub)
+    return parser
+
+
+def _add_model_commands(sub: Any) -> None:
     model = sub.add_parser("model", help="inspect zoo models")
     msub = model.add_subparsers(dest="model_command", required=True, parser_class=_Parser)
     p = msub.add_parser("show", help="ops, parameters, FLOPs and bytes of a zoo model")
@@ -268,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=_cmd_model_import)
 
+
+def _add_hw_commands(sub: Any) -> None:
     hw = sub.add_parser("hw", help="the hardware catalog: list, show, register")
     hsub = hw.add_subparsers(dest="hw_command", required=True, parser_class=_Parser)
     p = hsub.add_parser("list", help="every registered device and cluster, with its source")
@@ -283,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_json(p)
     p.set_defaults(func=_cmd_hw_register)
 
+
+def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("simulate", help="place one graph with one policy and simulate it")
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
@@ -315,7 +326,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="placelab-demo", help="output folder")
     _add_json(p)
     p.set_defaults(func=_cmd_demo)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
