@@ -1,10 +1,12 @@
-"""What the benchmarks print about the machine they ran on."""
+"""What every benchmark shares: the machine it ran on, and how its report is kept."""
 
 from __future__ import annotations
 
 import os
 import platform
 from pathlib import Path
+
+from workloads.io import write_text_atomic
 
 
 def cpu_name() -> str:
@@ -19,3 +21,11 @@ def describe() -> str:
     """``machine: <cpu>, <n> cores, Python <version>``."""
     return (f"machine: {cpu_name()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}")
+
+
+def record(lines: list[str], out: str | None) -> str:
+    """The report as text, also written atomically to ``out`` when given."""
+    text = "\n".join(lines) + "\n"
+    if out:
+        write_text_atomic(out, text)
+    return text

@@ -19,7 +19,7 @@ import sys
 import time
 
 import pandas as pd
-from machine import describe
+from machine import describe, record
 
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import POLICIES, plan
@@ -30,7 +30,6 @@ from policies.testing import random_dag
 from sim import simulate
 from workloads import build_model, training_graph
 from workloads.errors import PlacementError
-from workloads.io import write_text_atomic
 from workloads.synthetic import layered_dag
 
 HEURISTICS = [n for n in POLICIES.names() if n != "optimal"]
@@ -156,10 +155,7 @@ def main(argv: list[str] | None = None) -> str:
                 f"({df['place_s'].max():.2f} s); median "
                 f"{statistics.median(df['place_s']):.2f} s", ""]
         print("\n".join(out[-6:]), flush=True)
-    text = "\n".join(out) + "\n"
-    if args.out:
-        write_text_atomic(args.out, text)
-    return text
+    return record(out, args.out)
 
 
 if __name__ == "__main__":

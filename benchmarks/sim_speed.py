@@ -23,13 +23,12 @@ import time
 import tracemalloc
 
 import simpy
-from machine import describe
+from machine import describe, record
 
 from hwmodels import Cluster, CostModel, Link, RooflineCost, get_device
 from policies import Plan, order_by_priority
 from sim import simulate
 from workloads.graph import Graph
-from workloads.io import write_text_atomic
 from workloads.synthetic import layered_dag
 
 
@@ -155,10 +154,7 @@ def main(argv: list[str] | None = None) -> str:
                    f"| {prepare:.3f} + {plan_prep:.3f} | {'yes' if same else 'NO'} |")
             lines.append(row)
             print(row, flush=True)
-    text = "\n".join(lines) + "\n"
-    if args.out:
-        write_text_atomic(args.out, text)
-    return text
+    return record(lines, args.out)
 
 
 if __name__ == "__main__":
