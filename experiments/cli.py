@@ -12,27 +12,16 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from hwmodels.cost import make_cost_model
-from hwmodels.registry import (
-    get_cluster,
-    get_device,
-    list_clusters,
-    list_devices,
-    register_file,
-    source_of,
-)
-from hwmodels.toml_io import cluster_table, device_table, dumps
-from policies.base import POLICIES, plan
-from policies.bounds import lower_bound
-from sim.engine import ORDERS, simulate
+from sim.options import ORDERS
 from workloads.errors import PlacelabError
-from workloads.graph import Graph
-from workloads.io import write_text_atomic
-from workloads.passes import PassManager
-from workloads.training import OPTIMIZERS, training_graph
-from workloads.zoo import build_model, list_models
+from workloads.training import OPTIMIZERS
+
+if TYPE_CHECKING:
+    from workloads.graph import Graph
+
+# Each command imports what it needs when it runs, so that ``--help`` and ``list`` stay fast.
 
 __all__ = ["main"]
 
@@ -63,6 +52,10 @@ def _split(value: str) -> list[str]:
 
 
 def _cmd_list(args: argparse.Namespace) -> None:
+    from hwmodels.registry import list_clusters, list_devices
+    from policies.base import POLICIES
+    from workloads.zoo import list_models
+
     listing: dict[str, Callable[[], list[str]]] = {
         "models": list_models, "devices": list_devices, "clusters": list_clusters,
         "policies": POLICIES.names,
@@ -72,6 +65,11 @@ def _cmd_list(args: argparse.Namespace) -> None:
 
 
 def _load_graph(args: argparse.Namespace) -> Graph:
+    from workloads.graph import Graph
+    from workloads.passes import PassManager
+    from workloads.training import training_graph
+    from workloads.zoo import build_model
+
     if getattr(args, "graph", None):
         path = Path(args.graph)
         try:
@@ -101,6 +99,7 @@ def _cmd_model_show(args: argparse.Namespace) -> None:
 
 def _cmd_model_import(args: argparse.Namespace) -> None:
     from workloads.importers import import_onnx
+    from workloads.io import write_text_atomic
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -118,6 +117,8 @@ def _cmd_model_import(args: argparse.Namespace) -> None:
 
 
 def _cmd_hw_list(args: argparse.Namespace) -> None:
+    from hwmodels.registry import get_cluster, get_device, list_clusters, list_devices, source_of
+
     rows = [{"type": "device", "name": n, "kind": get_device(n).kind,
              "source": source_of("device", n)} for n in list_devices()]
     rows += [{"type": "cluster", "name": n, "kind": f"{len(get_cluster(n).devices)} devices",
@@ -128,6 +129,9 @@ def _cmd_hw_list(args: argparse.Namespace) -> None:
 
 
 def _cmd_hw_show(args: argparse.Namespace) -> None:
+    from hwmodels.registry import get_cluster, get_device, list_devices, source_of
+    from hwmodels.toml_io import cluster_table, device_table, dumps
+
     if args.name in list_devices():
         device = get_device(args.name)
         data = {"type": "device", **device_table(device)}
@@ -141,6 +145,8 @@ def _cmd_hw_show(args: argparse.Namespace) -> None:
 
 
 def _cmd_hw_register(args: argparse.Namespace) -> None:
+    from hwmodels.registry import list_clusters, list_devices, register_file
+
     before_d, before_c = set(list_devices()), set(list_clusters())
     stored = register_file(args.file)
     devices = sorted(set(list_devices()) - before_d)
@@ -151,6 +157,12 @@ def _cmd_hw_register(args: argparse.Namespace) -> None:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> None:
+    from hwmodels.cost import make_cost_model
+    from hwmodels.registry import get_cluster
+    from policies.base import POLICIES, plan
+    from policies.bounds import lower_bound
+    from sim.engine import simulate
+
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
     graph = _load_graph(args)
@@ -186,7 +198,7 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
 
 
 def _cmd_compare(args: argparse.Namespace) -> None:
-    from experiments.compare import compare
+    from experiments.comparison import compare
     from experiments.results import format_table, plot_compare, write_results
 
     policies = "all" if args.policies == "all" else _split(args.policies)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.compare import compare
+from experiments.comparison import compare
 from experiments.results import format_table, plot_compare, write_results
 from hwmodels.cost import make_cost_model
 from hwmodels.registry import get_cluster

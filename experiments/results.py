@@ -5,14 +5,10 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
 
 from workloads.errors import PlacelabError
-from workloads.io import write_bytes_atomic
+from workloads.io import write_bytes_atomic, write_figure
 
 __all__ = ["format_table", "plot_compare", "read_results", "write_results"]
 
@@ -61,8 +57,10 @@ def plot_compare(df: pd.DataFrame, path: str | Path) -> Path:
     policies = sorted(dict.fromkeys(df["policy"]))
     cols = min(2, len(groups))
     rows = -(-len(groups) // cols)
-    fig, axes = plt.subplots(rows, cols, squeeze=False,
-                             figsize=(6.0 * cols, 0.28 * len(policies) * rows + 1.2 * rows))
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.0 * cols, 0.28 * len(policies) * rows + 1.2 * rows))
+    axes = fig.subplots(rows, cols, squeeze=False)
     for ax, group in zip(axes.flat, groups, strict=False):
         sub = df[(df[keys] == pd.Series(group, index=keys)).all(axis=1)].set_index("policy")
         times = [sub["makespan_s"].get(pol, float("nan")) * 1e3 for pol in policies]
@@ -80,8 +78,4 @@ def plot_compare(df: pd.DataFrame, path: str | Path) -> Path:
     for ax in list(axes.flat)[len(groups):]:
         ax.set_visible(False)
     fig.tight_layout()
-    buf = io.BytesIO()
-    suffix = Path(path).suffix.lower().lstrip(".") or "png"
-    fig.savefig(buf, format=suffix, dpi=110)
-    plt.close(fig)
-    return write_bytes_atomic(path, buf.getvalue())
+    return write_figure(fig, path)

@@ -8,41 +8,61 @@ It answers questions and never schedules.
 0.001001
 """
 
-from hwmodels.collectives import (
-    all_gather_time,
-    reduce_scatter_time,
-    ring_allreduce_time,
-    tree_allreduce_time,
-)
-from hwmodels.cost import (
-    COST_MODELS,
-    CalibratedCost,
-    CostModel,
-    RooflineCost,
-    TableCost,
-    make_cost_model,
-)
-from hwmodels.registry import (
-    find_devices,
-    get_cluster,
-    get_device,
-    list_clusters,
-    list_devices,
-    load,
-    register_cluster,
-    register_device,
-    register_file,
-    source_of,
-    user_catalog_dir,
-)
-from hwmodels.spec import DEVICE_KINDS, Cluster, Device, Hop, Link
-from hwmodels.toml_io import HardwareFile, dump, dumps, loads
+from __future__ import annotations
 
-__all__ = [
-    "COST_MODELS", "DEVICE_KINDS", "CalibratedCost", "Cluster", "CostModel", "Device",
+from typing import TYPE_CHECKING
+
+from workloads.lazy import attach
+
+if TYPE_CHECKING:
+    from hwmodels.collectives import (
+        all_gather_time,
+        reduce_scatter_time,
+        ring_allreduce_time,
+        tree_allreduce_time,
+    )
+    from hwmodels.cost import (
+        COST_MODELS,
+        CalibratedCost,
+        CostModel,
+        RooflineCost,
+        TableCost,
+        make_cost_model,
+    )
+    from hwmodels.registry import (
+        find_devices,
+        get_cluster,
+        get_device,
+        list_clusters,
+        list_devices,
+        load,
+        register_cluster,
+        register_device,
+        register_file,
+        source_of,
+        user_catalog_dir,
+    )
+    from hwmodels.spec import DEVICE_KINDS, Cluster, Device, Hop, Link
+    from hwmodels.toml_io import HardwareFile, dump, dumps, loads
+
+_WHERE = {
+    "COST_MODELS": "cost", "CalibratedCost": "cost", "Cluster": "spec", "CostModel": "cost",
+    "DEVICE_KINDS": "spec", "Device": "spec", "HardwareFile": "toml_io", "Hop": "spec",
+    "Link": "spec", "RooflineCost": "cost", "TableCost": "cost",
+    "all_gather_time": "collectives", "dump": "toml_io", "dumps": "toml_io",
+    "find_devices": "registry", "get_cluster": "registry", "get_device": "registry",
+    "list_clusters": "registry", "list_devices": "registry", "load": "registry",
+    "loads": "toml_io", "make_cost_model": "cost", "reduce_scatter_time": "collectives",
+    "register_cluster": "registry", "register_device": "registry", "register_file": "registry",
+    "ring_allreduce_time": "collectives", "source_of": "registry",
+    "tree_allreduce_time": "collectives", "user_catalog_dir": "registry",
+}
+
+__all__ = ["COST_MODELS", "CalibratedCost", "Cluster", "CostModel", "DEVICE_KINDS", "Device",
     "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost", "all_gather_time", "dump",
     "dumps", "find_devices", "get_cluster", "get_device", "list_clusters", "list_devices",
     "load", "loads", "make_cost_model", "reduce_scatter_time", "register_cluster",
     "register_device", "register_file", "ring_allreduce_time", "source_of",
-    "tree_allreduce_time", "user_catalog_dir",
-]
+    "tree_allreduce_time", "user_catalog_dir"]
+
+__getattr__, __dir__ = attach(__name__, _WHERE)

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from hwmodels.spec import Cluster, Device
-from workloads.errors import HardwareSpecError
-from workloads.graph import DTYPE_BYTES, OP_CLASSES, Graph, Op
+from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
+from workloads.errors import HardwareSpecError, UnsupportedOp
+from workloads.graph import Graph, Op
 from workloads.registry import Registry
 
 #: Op -> device name, or device indices in ``graph.arrays`` order.
@@ -260,8 +261,8 @@ class TableCost(CostModel):
         try:
             return float(self.table[op.name][device])
         except KeyError:
-            raise HardwareSpecError(f"table: no time for op {op.name!r} on device "
-                                    f"{device!r}") from None
+            raise UnsupportedOp(f"table: no time for op {op.name!r} on device "
+                                f"{device!r}") from None
 
     def tensor_transfer_time(self, tensor: str, nbytes: int, src: str, dst: str) -> float:
         if src == dst:

@@ -16,8 +16,8 @@ from typing import Any
 
 import networkx as nx
 
-from workloads.errors import HardwareSpecError
-from workloads.graph import DTYPE_BYTES, OP_CLASSES
+from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
+from workloads.errors import HardwareSpecError, UnsupportedOp
 
 __all__ = ["DEVICE_KINDS", "Cluster", "Device", "Efficiency", "Hop", "Link"]
 
@@ -126,9 +126,8 @@ class Device:
                 raise _fail(f"device {self.name!r}",
                             f"dtype must be one of {', '.join(PEAK_DTYPES)}, "
                             f"got {dtype!r}") from None
-            raise _fail(f"device {self.name!r}",
-                        f"has no peak rate for dtype {dtype!r}; it has "
-                        f"{', '.join(self.peak)}") from None
+            raise UnsupportedOp(f"device {self.name!r}: has no peak rate for dtype "
+                                f"{dtype!r}; it has {', '.join(self.peak)}") from None
 
     def efficiency_for(self, op_class: str, size: float = 0.0) -> float:
         """Fraction of peak an op of ``op_class`` and ``size`` reaches (1.0 if unset)."""

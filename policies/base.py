@@ -2,59 +2,122 @@
 
 from __future__ import annotations
 
+import inspect
+import math
+import numbers
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
 
 from hwmodels.cost import CostModel, make_cost_model
 from hwmodels.spec import Cluster
 from policies.plans import Placement, Plan, order_by_priority
-from workloads.errors import HardwareSpecError, PlacementError
+from workloads.errors import PlacementError, UnsupportedOp
 from workloads.graph import Graph
 from workloads.registry import Registry
 
-__all__ = ["POLICIES", "PlacementPolicy", "check_number", "check_seed", "make_policy", "plan",
-           "register_policy"]
+__all__ = ["POLICIES", "PlacementPolicy", "Seed", "check_number", "check_seed", "make_policy",
+           "make_rng", "plan", "register_policy", "seed_int"]
 
 
 class PlacementPolicy(ABC):
     """Decides which device runs each op (and optionally in which order).
 
     One method is required: :meth:`place`. Policies propose; the simulator and the runtime
-    apply. A randomised policy takes ``seed`` in its constructor.
+    apply. Parameters are keyword arguments of the constructor, stored under their own names
+    (so :func:`repr` shows them); ``place`` keeps its working state in locals, so one
+    instance may serve several calls and threads. A randomised policy takes ``seed``
+    (an integer, a ``numpy.random.Generator`` or None) and draws from :func:`make_rng`.
     """
 
     name: ClassVar[str] = ""
+    #: The policy never exceeds a device's memory under the conservative model of
+    #: :mod:`policies.problem`, and raises :class:`OutOfMemory` when nothing fits.
+    memory_aware: ClassVar[bool] = False
+    #: The largest graph (in ops) the policy accepts; None: no limit.
+    max_ops: int | None = None
 
     @abstractmethod
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         """Propose a placement of every op of ``graph`` on devices of ``cluster``."""
 
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters and their current values."""
+        names = [p.name for p in inspect.signature(type(self).__init__).parameters.values()
+                 if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        return {n: getattr(self, n) for n in names if hasattr(self, n)}
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"
 
 
-def check_seed(policy: str, seed: object) -> int | None:
-    """A policy's ``seed``: an int or None (fresh randomness), nothing else."""
-    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-        raise PlacementError(f"policy {policy!r}: seed must be an int or None, got {seed!r}")
-    return seed
+Seed = int | np.integer | np.random.Generator | None
+
+
+def check_seed(policy: str, seed: object) -> Seed:
+    """A policy's ``seed`` as given: any integer >= 0, a ``numpy.random.Generator``, or None
+    (fresh randomness); anything else is an error naming the policy.
+
+    >>> check_seed("random", np.int64(3))
+    3
+    """
+    if seed is None or isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and int(seed) >= 0:
+        return int(seed)
+    raise PlacementError(f"policy {policy!r}: seed must be an integer >= 0, a "
+                         f"numpy.random.Generator or None, got {seed!r}")
+
+
+def make_rng(seed: Seed) -> np.random.Generator:
+    """The one kind of generator policies draw from: the same integer seed gives the same
+    draws in any process.
+
+    >>> float(make_rng(1).random()) == float(make_rng(1).random())
+    True
+    """
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+def seed_int(seed: Seed) -> int:
+    """An integer seed for libraries that take only integers (METIS, ARPACK's start)."""
+    if isinstance(seed, numbers.Integral):
+        return int(seed)
+    return int(make_rng(seed).integers(2**31 - 1))
 
 
 def check_number(policy: str, field: str, value: object, *, integer: bool = False,
                  minimum: float = 0.0) -> None:
-    """``value`` must be a number > 0 (or an int >= ``minimum`` when ``integer``)."""
+    """``value`` must be a finite number > 0 (or an int >= ``minimum`` when ``integer``)."""
     if integer:
-        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
+                or value < minimum:
             raise PlacementError(f"policy {policy!r}: {field} must be an int >= "
                                  f"{minimum:g}, got {value!r}")
-    elif not isinstance(value, int | float) or isinstance(value, bool) or value <= minimum:
-        raise PlacementError(f"policy {policy!r}: {field} must be > {minimum:g}, "
-                             f"got {value!r}")
+    elif not isinstance(value, numbers.Real) or isinstance(value, bool) \
+            or not math.isfinite(value) or value <= minimum:
+        raise PlacementError(f"policy {policy!r}: {field} must be a finite number > "
+                             f"{minimum:g}, got {value!r}")
 
 
-POLICIES: Registry[type[PlacementPolicy]] = Registry("policy", "placelab.policies")
+#: The built-in policies, imported on first lookup (listing names imports none).
+_BUILTIN = {
+    "single_device": "policies.baselines:SingleDevice",
+    "round_robin": "policies.baselines:RoundRobin",
+    "random": "policies.baselines:RandomPlacement",
+    "heft": "policies.listsched:HEFT", "cpop": "policies.listsched:CPOP",
+    "etf": "policies.listsched:ETF", "m_etf": "policies.listsched:METF",
+    "m_sct": "policies.listsched:MSCT", "m_topo": "policies.memory:MTopo",
+    "metis": "policies.cuts:Metis", "kernighan_lin": "policies.cuts:KernighanLin",
+    "spectral": "policies.cuts:Spectral", "stone_mincut": "policies.cuts:StoneMinCut",
+    "pipeline": "policies.pipeline:Pipeline", "optimal": "policies.optimal:Optimal",
+}
+POLICIES: Registry[type[PlacementPolicy]] = Registry("policy", "placelab.policies",
+                                                     builtins=_BUILTIN)
 
 
 def register_policy(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
@@ -78,11 +141,11 @@ def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
                                  f"which cluster {cluster.name!r} lacks")
     try:
         cost.op_times(graph, devices)
-    except HardwareSpecError:
+    except UnsupportedOp:
         for op in graph:
             try:
                 cost.op_time(op, devices[op.name])
-            except HardwareSpecError as err:
+            except UnsupportedOp as err:
                 raise PlacementError(f"policy {policy!r} placed op {op.name!r} on device "
                                      f"{devices[op.name]!r}, which cannot run it: "
                                      f"{err}") from err

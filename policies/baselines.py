@@ -6,7 +6,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, check_seed, register_policy
+from policies.base import PlacementPolicy, Seed, check_seed, make_rng, register_policy
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.graph import Graph
@@ -52,18 +52,15 @@ class RandomPlacement(PlacementPolicy):
 
     name = "random"
 
-    def __init__(self, seed: int | None = 0) -> None:
+    def __init__(self, seed: Seed = 0) -> None:
         self.seed = check_seed(self.name, seed)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
-        rng = np.random.default_rng(self.seed)
+        rng = make_rng(self.seed)
         picks = rng.random(p.n)
         where = {}
         for i, name in enumerate(p.names):
             able = np.flatnonzero(np.isfinite(p.times[i]))
             where[name] = p.devices[int(able[int(picks[i] * len(able))])]
         return Placement(where)
-
-    def __repr__(self) -> str:
-        return f"RandomPlacement(seed={self.seed!r})"

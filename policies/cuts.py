@@ -9,6 +9,7 @@ follow device speed where the method allows it.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Mapping
 
 import networkx as nx
 import numpy as np
@@ -19,7 +20,7 @@ from scipy.sparse.linalg import eigsh
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, check_seed, register_policy
+from policies.base import PlacementPolicy, Seed, check_seed, make_rng, register_policy, seed_int
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.graph import Graph
@@ -56,7 +57,7 @@ class Metis(PlacementPolicy):
 
     name = "metis"
 
-    def __init__(self, seed: int | None = 0) -> None:
+    def __init__(self, seed: Seed = 0) -> None:
         self.seed = check_seed(self.name, seed)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
@@ -78,7 +79,7 @@ class Metis(PlacementPolicy):
             xadj.append(len(adjncy))
         work = np.nan_to_num(p.mean_times)
         vw = np.maximum(1, np.round(work / max(work.max(), 1e-300) * 100_000)).astype(int)
-        options = pymetis.Options(seed=self.seed if self.seed is not None else -1)
+        options = pymetis.Options(seed=-1 if self.seed is None else seed_int(self.seed))
         graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
         _, parts = pymetis.part_graph(n_dev, graph_csr, vweights=vw.tolist(),
                                       eweights=ew, tpwgts=(p.speed / p.speed.sum()).tolist(),
@@ -101,18 +102,19 @@ class _Bisection(PlacementPolicy):
     """Recursive bisection: split the ops in two, the devices in two, and recurse."""
 
     @abstractmethod
-    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
-        """The ops of the first devices (about ``fraction`` of the work) and the rest."""
+    def split(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
+              fraction: float) -> tuple[list[int], list[int]]:
+        """The ops of the first devices (about ``fraction`` of the work) and the rest;
+        ``edges`` holds the bytes between op pairs."""
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
         parts = [0] * p.n
-        self._edges = _edges(p)
-        self._recurse(p, list(range(p.n)), list(range(len(p.devices))), parts)
+        self._recurse(p, _edges(p), list(range(p.n)), list(range(len(p.devices))), parts)
         return _finish(p, parts)
 
-    def _recurse(self, p: Problem, ops: list[int], devices: list[int],
-                 parts: list[int]) -> None:
+    def _recurse(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
+                 devices: list[int], parts: list[int]) -> None:
         if len(devices) == 1 or len(ops) < 2:
             for op in ops:
                 parts[op] = devices[0]
@@ -120,9 +122,9 @@ class _Bisection(PlacementPolicy):
         half = len(devices) // 2
         first, second = devices[:half], devices[half:]
         fraction = float(p.speed[first].sum() / p.speed[devices].sum())
-        left, right = self.split(p, ops, fraction)
-        self._recurse(p, left, first, parts)
-        self._recurse(p, right, second, parts)
+        left, right = self.split(p, edges, ops, fraction)
+        self._recurse(p, edges, left, first, parts)
+        self._recurse(p, edges, right, second, parts)
 
 
 @register_policy
@@ -132,31 +134,37 @@ class KernighanLin(_Bisection):
 
     name = "kernighan_lin"
 
-    def __init__(self, seed: int | None = 0) -> None:
+    def __init__(self, seed: Seed = 0) -> None:
         self.seed = check_seed(self.name, seed)
 
-    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
+    def split(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
+              fraction: float) -> tuple[list[int], list[int]]:
         g = nx.Graph()
         g.add_nodes_from(ops)
         inside = set(ops)
-        g.add_weighted_edges_from((i, j, w) for (i, j), w in self._edges.items()
+        g.add_weighted_edges_from((i, j, w) for (i, j), w in edges.items()
                                   if i in inside and j in inside)
-        a, b = nx.algorithms.community.kernighan_lin_bisection(g, weight="weight",
-                                                              seed=self.seed)
+        seed = None if self.seed is None else seed_int(self.seed)
+        a, b = nx.algorithms.community.kernighan_lin_bisection(g, weight="weight", seed=seed)
         return sorted(a), sorted(b)
 
 
 @register_policy
 class Spectral(_Bisection):
     """Recursive spectral bisection: order ops by the Fiedler vector of the byte-weighted
-    Laplacian (scipy) and cut where the first half holds its devices' share of the work."""
+    Laplacian (scipy) and cut where the first half holds its devices' share of the work.
+    ``seed`` fixes ARPACK's start vector on graphs too large for a dense solve."""
 
     name = "spectral"
 
-    def split(self, p: Problem, ops: list[int], fraction: float) -> tuple[list[int], list[int]]:
+    def __init__(self, seed: Seed = 0) -> None:
+        self.seed = check_seed(self.name, seed)
+
+    def split(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
+              fraction: float) -> tuple[list[int], list[int]]:
         index = {op: k for k, op in enumerate(ops)}
         rows, cols, vals = [], [], []
-        for (i, j), w in self._edges.items():
+        for (i, j), w in edges.items():
             if i in index and j in index:
                 rows += [index[i], index[j]]
                 cols += [index[j], index[i]]
@@ -170,7 +178,7 @@ class Spectral(_Bisection):
             if m <= 400:
                 _, vecs = np.linalg.eigh(lap.toarray())
             else:  # a fixed start vector: ARPACK's default is random
-                start = np.random.default_rng(0).random(m)
+                start = make_rng(self.seed).random(m)
                 _, vecs = eigsh(lap, k=2, sigma=-1e-3, which="LM", v0=start)
             fiedler = vecs[:, 1]
             pivot = fiedler[np.argmax(np.abs(fiedler) > 1e-12)]

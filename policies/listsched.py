@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -72,11 +73,13 @@ class _InsertionScheduler(PlacementPolicy):
     def priorities(self, p: Problem) -> list[float]:
         return p.upward_rank()
 
-    def prepare(self, p: Problem, priority: list[float]) -> None:
-        """Hook before scheduling (CPOP picks its critical-path device here)."""
+    def prepare(self, p: Problem, priority: list[float]) -> Any:
+        """Hook before scheduling: what :meth:`choose` needs besides the schedule so far
+        (CPOP's critical path and its device); kept per call, never on the instance."""
+        return None
 
-    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline]
-               ) -> tuple[float, int]:
+    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
+               state: Any = None) -> tuple[float, int]:
         best = (float("inf"), float("inf"), 0)
         for d, line in enumerate(lines):
             duration = p.times[op, d]
@@ -88,7 +91,7 @@ class _InsertionScheduler(PlacementPolicy):
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
         priority = self.priorities(p)
-        self.prepare(p, priority)
+        state = self.prepare(p, priority)
         lines = [Timeline() for _ in p.devices]
         where, finish = [0] * p.n, [0.0] * p.n
         pending = [len(preds) for preds in p.preds]
@@ -97,7 +100,7 @@ class _InsertionScheduler(PlacementPolicy):
         while heap:
             _, op = heapq.heappop(heap)
             ready = [_data_ready(p, op, d, where, finish) for d in range(len(p.devices))]
-            start, d = self.choose(p, op, ready, lines)
+            start, d = self.choose(p, op, ready, lines, state)
             end = start + float(p.times[op, d])
             lines[d].insert(start, end, op)
             where[op], finish[op] = d, end
@@ -126,17 +129,19 @@ class CPOP(_InsertionScheduler):
         up, down = p.upward_rank(), p.downward_rank()
         return [u + d for u, d in zip(up, down, strict=True)]
 
-    def prepare(self, p: Problem, priority: list[float]) -> None:
+    def prepare(self, p: Problem, priority: list[float]) -> tuple[set[int], int]:
+        """The critical path's ops and the one device that runs that path fastest."""
         length = max(priority, default=0.0)
-        self.critical = {i for i, v in enumerate(priority) if abs(v - length) <= 1e-9 * length}
-        on_path = sorted(self.critical)
-        self.cp_device = int(np.argmin(p.times[on_path].sum(axis=0))) if on_path else 0
+        critical = {i for i, v in enumerate(priority) if abs(v - length) <= 1e-9 * length}
+        on_path = sorted(critical)
+        return critical, int(np.argmin(p.times[on_path].sum(axis=0))) if on_path else 0
 
-    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline]
-               ) -> tuple[float, int]:
-        if op in self.critical and np.isfinite(p.times[op, self.cp_device]):
-            d = self.cp_device
-            return lines[d].earliest_start(ready[d], float(p.times[op, d])), d
+    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
+               state: Any = None) -> tuple[float, int]:
+        critical, cp_device = state
+        if op in critical and np.isfinite(p.times[op, cp_device]):
+            return lines[cp_device].earliest_start(ready[cp_device],
+                                                   float(p.times[op, cp_device])), cp_device
         return super().choose(p, op, ready, lines)
 
 
@@ -174,7 +179,6 @@ class ETF(PlacementPolicy):
     first, so an idle slow device does not attract work a fast one would finish sooner."""
 
     name = "etf"
-    memory_aware = False
 
     def favourite_parents(self, p: Problem) -> dict[int, int]:
         """Ops to keep on their parent's device (m-SCT); none here."""
@@ -182,7 +186,6 @@ class ETF(PlacementPolicy):
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
-        self.times = p.times
         n_dev = len(p.devices)
         level = np.asarray(p.upward_rank())
         fav = self.favourite_parents(p)
@@ -197,7 +200,7 @@ class ETF(PlacementPolicy):
             if not pending[i]:
                 self._admit(p, pool, book, i, where, finish, fav)
         for _ in range(p.n):
-            k, d, start = self._pick(pool, free, capacity, book, level)
+            k, d, start = self._pick(p, pool, free, capacity, book, level)
             op = pool.ops[k]
             pool.remove(k)
             end = start + float(p.times[op, d])
@@ -220,7 +223,7 @@ class ETF(PlacementPolicy):
         parent = fav.get(op)
         pool.add(op, ready, need, -1 if parent is None else where[parent])
 
-    def _pick(self, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
+    def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
               book: MemoryBook, level: np.ndarray) -> tuple[int, int, float]:
         k = len(pool.ops)
         start = np.maximum(pool.rows[:k], free)
@@ -235,7 +238,7 @@ class ETF(PlacementPolicy):
             start[kept[ok]] = np.inf
             start[kept[ok], cols[ok]] = stay[ok]
         ops = np.asarray(pool.ops)
-        finish = start + self.times[ops]
+        finish = start + p.times[ops]
         device = np.argmin(finish, axis=1)  # each op's device: where it would finish first
         rows = np.arange(k)
         first_start = start[rows, device]

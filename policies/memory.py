@@ -19,7 +19,7 @@ class MTopo(PlacementPolicy):
     """Walks the ops in topological order and keeps putting them on the current device until
     its share of the work (proportional to its speed) is reached or the next op would not
     fit in its memory; then moves to the next device. An op that fits nowhere further on
-    goes to any device with room; if none has room, a :class:`PlacementError` says so."""
+    goes to any device with room; if none has room, :class:`OutOfMemory` says so."""
 
     name = "m_topo"
     memory_aware = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -55,16 +56,25 @@ class _Rows:
 
 @register_policy
 class Optimal(PlacementPolicy):
-    """Minimum-makespan placement and order by MILP, within ``time_limit_s``; the Plan's
-    ``info`` reports the solver status and the relative optimality gap."""
+    """Minimum-makespan placement and order by MILP; the Plan's ``info`` reports the solver
+    status and the relative optimality gap.
+
+    The search stops after ``node_limit`` branch-and-bound nodes, a limit that does not
+    depend on the machine, so the same input gives the same plan under any load.
+    ``time_limit_s`` (off by default) adds a wall-clock cap, at the price of that guarantee.
+    """
 
     name = "optimal"
 
-    def __init__(self, time_limit_s: float = 30.0, max_ops: int = 30) -> None:
-        check_number(self.name, "time_limit_s", time_limit_s)
+    def __init__(self, node_limit: int = 20_000, max_ops: int = 30,
+                 time_limit_s: float | None = None) -> None:
+        check_number(self.name, "node_limit", node_limit, integer=True, minimum=1)
         check_number(self.name, "max_ops", max_ops, integer=True, minimum=1)
-        self.time_limit_s = time_limit_s
+        if time_limit_s is not None:
+            check_number(self.name, "time_limit_s", time_limit_s)
+        self.node_limit = node_limit
         self.max_ops = max_ops
+        self.time_limit_s = time_limit_s
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         if len(graph) > self.max_ops:
@@ -130,15 +140,18 @@ class Optimal(PlacementPolicy):
         problem = {"c": objective, "integrality": integrality,
                    "bounds": Bounds(np.zeros(n_vars), upper),
                    "constraints": [rows.constraint(n_vars)]}
-        res = milp(**problem, options={"time_limit": self.time_limit_s, "disp": False})
+        options: dict[str, Any] = {"node_limit": self.node_limit, "disp": False}
+        if self.time_limit_s is not None:
+            options["time_limit"] = self.time_limit_s
+        res = milp(**problem, options=options)
         if res.x is None and res.status == 4:
             # HiGHS's presolve occasionally reports a solve error on these big-M models;
             # the same model solves without it.
-            res = milp(**problem, options={"time_limit": self.time_limit_s, "disp": False,
-                                           "presolve": False})
+            res = milp(**problem, options={**options, "presolve": False})
         if res.x is None:
             raise PlacementError(f"policy 'optimal': the solver found no schedule within "
-                                 f"{self.time_limit_s} s ({res.message})")
+                                 f"its limits (node_limit={self.node_limit}, time_limit_s="
+                                 f"{self.time_limit_s}): {res.message}")
         z = res.x
         where = [int(np.argmax([z[x(o, d)] for d in range(n_dev)])) for o in range(n)]
         sequence = sorted(range(n), key=lambda o: (round(z[s0 + o], 9), o))
@@ -149,7 +162,7 @@ class Optimal(PlacementPolicy):
         gap = float(getattr(res, "mip_gap", 0.0) or 0.0)
         return Placement({p.names[o]: p.devices[d] for o, d in enumerate(where)}, order=order,
                          estimated_makespan_s=schedule_length(p, where, sequence),
-                         info={"status": "optimal" if res.status == 0 else "time_limit",
+                         info={"status": "optimal" if res.status == 0 else "limit_reached",
                                "mip_gap": gap})
 
 

@@ -14,7 +14,7 @@ from hwmodels.spec import Cluster
 from policies.base import PlacementPolicy, check_number, register_policy
 from policies.plans import Placement
 from policies.problem import Problem
-from workloads.errors import PlacementError
+from workloads.errors import OutOfMemory
 from workloads.graph import Graph
 
 __all__ = ["Pipeline"]
@@ -67,7 +67,7 @@ class Pipeline(PlacementPolicy):
                 j = int(np.argmin(total))
                 best[k, i], choice[k, i] = total[j], j
         if not np.isfinite(best[-1, m]):
-            raise PlacementError(
+            raise OutOfMemory(
                 f"policy 'pipeline': no split of {p.n} ops into {n_dev} stages fits the "
                 f"devices' memory (capacities {p.capacity})")
         cuts = [m]

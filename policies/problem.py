@@ -18,7 +18,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from workloads.errors import HardwareSpecError, PlacementError
+from workloads.errors import OutOfMemory, PlacementError, UnsupportedOp
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class Problem:
         for d in self.devices:
             try:
                 columns.append(cost.op_times(graph, dict.fromkeys(self.names, d)))
-            except HardwareSpecError:
+            except UnsupportedOp:
                 columns.append([self._one(name, d) for name in self.names])
         times = np.asarray(columns, dtype=float).T.reshape(self.n, len(self.devices))
         unplaceable = np.flatnonzero(np.isinf(times).all(axis=1))
@@ -70,7 +70,7 @@ class Problem:
     def _one(self, name: str, device: str) -> float:
         try:
             return self.cost.op_time(self.graph.op(name), device)
-        except HardwareSpecError:
+        except UnsupportedOp:
             return float("inf")
 
     @cached_property
@@ -146,10 +146,10 @@ class MemoryBook:
             if where[src] != d:
                 self.received.add((tensor, d))
 
-    def fail(self, op: int) -> PlacementError:
+    def fail(self, op: int) -> OutOfMemory:
         free = ", ".join(f"{name} {cap - used}" for name, cap, used in
                          zip(self.p.devices, self.p.capacity, self.used, strict=True))
-        return PlacementError(
+        return OutOfMemory(
             f"policy {self.policy!r}: op {self.p.names[op]!r} needs "
             f"{self.p.op_memory[op]} bytes and fits on no device (bytes free: {free})")
 

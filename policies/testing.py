@@ -1,23 +1,38 @@
 """The conformance suite every placement policy must pass, built-in or third-party.
 
->>> from policies.testing import check_policy
->>> check_policy("round_robin")  # raises AssertionError naming the failed property
+Each property is a named :class:`Check`; :func:`parametrize_with_checks` makes one pytest
+item per (policy, check), the way scikit-learn's ``parametrize_with_checks`` does, so a
+third-party package tests its policy with::
+
+    from policies.testing import parametrize_with_checks
+
+    @parametrize_with_checks([MyPolicy])
+    def test_conformance(policy, check):
+        check(policy)
+
+:func:`check_policy` runs every check and reports every failure at once.
 
 Properties: every op is placed on a device of the cluster and the Plan validates and
-round-trips through JSON; the same seed gives the same Plan; a policy's own makespan
-estimate, if it gives one, is never below the lower bound; a policy that claims to honour
-memory (``memory_aware = True``) never yields a plan over any device's capacity under the
-conservative memory model of :mod:`policies.problem` (which bounds the simulator's peak), and
-says so with a :class:`PlacementError` when no plan fits; it works on one device, on
-heterogeneous clusters, on a graph of one op and on a graph of independent components; it
-refuses ops no device can run with a clear error. (The suite stays below the simulator in
-the layering; ``tests/policies`` also simulates every policy's plans.)
+round-trips through JSON, on one device, on heterogeneous clusters, on a graph of one op and
+on a graph of independent components; the same seed gives the same Plan; a policy's own
+makespan estimate, if it gives one, is never below the lower bound; a policy that claims to
+honour memory (``memory_aware = True``) never yields a plan over any device's capacity under
+the conservative memory model of :mod:`policies.problem` (which bounds the simulator's
+peak), and raises :class:`OutOfMemory` when no plan fits; ops no device can run are refused
+with a clear error. (The suite stays below the simulator in the layering; ``tests/policies``
+also simulates every policy's plans.)
+
+>>> from policies.testing import check_policy
+>>> check_policy("round_robin")  # raises ConformanceError naming every failed check
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from hwmodels.cost import RooflineCost
 from hwmodels.registry import get_cluster
@@ -26,28 +41,52 @@ from policies.base import POLICIES, PlacementPolicy, plan
 from policies.bounds import lower_bound
 from policies.plans import Plan
 from policies.problem import MemoryBook, Problem
-from workloads.errors import PlacementError
-from workloads.graph import Graph, Op, Tensor
-from workloads.zoo import build_model
+from workloads.errors import OutOfMemory, PlacementError
+from workloads.graph import Graph
+from workloads.op import Op, Tensor
 
-__all__ = ["CASES", "check_policy", "plan_memory", "random_dag"]
+if TYPE_CHECKING:
+    from _pytest.mark import MarkDecorator
+
+__all__ = ["CASES", "CHECKS", "Check", "ConformanceError", "check_policy",
+           "parametrize_with_checks", "plan_memory", "random_dag"]
 
 PolicySource = str | Callable[[], PlacementPolicy]
+
+
+class ConformanceError(AssertionError):
+    """A policy broke a property of the suite (the message names policy, check and case)."""
+
+
+def _require(condition: bool, message: str) -> None:
+    """Fail the check with ``message`` (not an ``assert``: it must hold under ``-O`` too)."""
+    if not condition:
+        raise ConformanceError(message)
 
 
 def _make(source: PolicySource) -> PlacementPolicy:
     return POLICIES.get(source)() if isinstance(source, str) else source()
 
 
+def _label(source: PolicySource) -> str:
+    if isinstance(source, str):
+        return source
+    return getattr(source, "name", "") or getattr(source, "__name__", repr(source))
+
+
 def random_dag(n: int, *, seed: int, edge_probability: float = 0.25, max_bytes: int = 2**22,
                dtype: str = "fp32") -> Graph:
-    """A random DAG of ``n`` matmul-class ops with random FLOPs and output sizes."""
-    rnd = random.Random(seed)
+    """A random DAG of ``n`` matmul-class ops with random FLOPs and output sizes.
+
+    >>> random_dag(5, seed=1) == random_dag(5, seed=1)
+    True
+    """
+    rng = np.random.default_rng(seed)
     ops = []
     for i in range(n):
-        preds = tuple(f"o{j}" for j in range(i) if rnd.random() < edge_probability)
-        elements = rnd.randint(1, max_bytes // 4)
-        flops = rnd.randint(10**6, 10**10)
+        preds = tuple(f"o{j}" for j in range(i) if rng.random() < edge_probability)
+        elements = int(rng.integers(1, max_bytes // 4, endpoint=True))
+        flops = int(rng.integers(10**6, 10**10, endpoint=True))
         ops.append(Op(f"o{i}", "synthetic", "matmul", inputs=preds,
                       outputs=(Tensor(f"o{i}", (elements,), dtype),), flops=flops,
                       bytes_read=4 * elements, bytes_written=4 * elements))
@@ -79,74 +118,197 @@ def _chain(n: int, nbytes: int) -> Graph:
     return Graph("chain", ops)
 
 
+def _islands() -> Graph:
+    return Graph("islands", [*random_dag(6, seed=3).ops,
+                             *[Op(f"x{i}", "synthetic", "matmul",
+                                  outputs=(Tensor(f"x{i}", (256,)),), flops=10**8)
+                               for i in range(4)]])
+
+
+def _mlp() -> Graph:
+    from workloads.zoo import build_model
+
+    return build_model("mlp", batch=64)
+
+
+def _lenet() -> Graph:
+    from workloads.zoo import build_model
+
+    return build_model("lenet5", batch=16)
+
+
 #: (name, graph factory, cluster factory) of the instances every policy runs on.
 CASES: tuple[tuple[str, Callable[[], Graph], Callable[[], Cluster]], ...] = (
     ("one device", lambda: random_dag(12, seed=1), _one_device),
     ("one op", lambda: random_dag(1, seed=2), lambda: get_cluster("quad-v100-nvlink")),
-    ("independent components",
-     lambda: Graph("islands", [*random_dag(6, seed=3).ops,
-                               *[Op(f"x{i}", "synthetic", "matmul",
-                                    outputs=(Tensor(f"x{i}", (256,)),), flops=10**8)
-                                 for i in range(4)]]),
-     lambda: get_cluster("quad-v100-nvlink")),
-    ("heterogeneous CPU + GPU", lambda: build_model("mlp", batch=64),
-     lambda: get_cluster("workstation")),
+    ("independent components", _islands, lambda: get_cluster("quad-v100-nvlink")),
+    ("heterogeneous CPU + GPU", _mlp, lambda: get_cluster("workstation")),
     ("heterogeneous box", lambda: random_dag(20, seed=4), lambda: get_cluster("hetero-box")),
-    ("CNN on NVLink", lambda: build_model("lenet5", batch=16),
-     lambda: get_cluster("dgx1-v100")),
+    ("CNN on NVLink", _lenet, lambda: get_cluster("dgx1-v100")),
 )
 
 
-def _check_plan(name: str, p: Plan, graph: Graph, cluster: Cluster) -> None:
-    assert set(p.placement) == {op.name for op in graph}, f"{name}: not every op placed"
-    assert set(p.placement.values()) <= set(cluster.device_names), \
-        f"{name}: op placed on a device the cluster lacks"
-    assert Plan.from_json(p.to_json()) == p, f"{name}: the Plan does not round-trip"
+def _cases(source: PolicySource) -> list[tuple[str, Graph, Cluster]]:
+    limit = _make(source).max_ops
+    built = [(case, make_graph(), make_cluster()) for case, make_graph, make_cluster in CASES]
+    return [(c, g, k) for c, g, k in built if limit is None or len(g) <= limit]
 
 
-def _cases(source: PolicySource) -> Iterator[tuple[str, Graph, Cluster, Plan, Plan]]:
-    for case, make_graph, make_cluster in CASES:
-        graph, cluster = make_graph(), make_cluster()
-        cost = RooflineCost(cluster)
-        if len(graph) > getattr(_make(source), "max_ops", len(graph)):
-            continue
-        first = plan(graph, cluster, _make(source), cost)
-        second = plan(graph, cluster, _make(source), cost)
-        yield case, graph, cluster, first, second
+def _plan(source: PolicySource, graph: Graph, cluster: Cluster) -> Plan:
+    return plan(graph, cluster, _make(source), RooflineCost(cluster))
+
+
+# -- the checks -----------------------------------------------------------------------------
+
+
+def check_valid_plans(source: PolicySource) -> None:
+    """Every op placed on a device of the cluster; the Plan round-trips through JSON."""
+    label = _label(source)
+    for case, graph, cluster in _cases(source):
+        p = _plan(source, graph, cluster)
+        _require(set(p.placement) == {op.name for op in graph},
+                 f"{label} on {case}: not every op placed")
+        _require(set(p.placement.values()) <= set(cluster.device_names),
+                 f"{label} on {case}: op placed on a device the cluster lacks")
+        _require(Plan.from_json(p.to_json()) == p, f"{label} on {case}: the Plan does not "
+                                                  f"round-trip through JSON")
+
+
+def check_deterministic(source: PolicySource) -> None:
+    """Two instances built alike give the same plan (the same seed, the same result)."""
+    label = _label(source)
+    for case, graph, cluster in _cases(source):
+        first, second = _plan(source, graph, cluster), _plan(source, graph, cluster)
+        _require(first.placement == second.placement and first.order == second.order,
+                 f"{label} on {case}: the same seed gave a different plan")
+
+
+def check_reusable(source: PolicySource) -> None:
+    """One instance placing two graphs in turn gives what two fresh instances give (no
+    state left on the instance)."""
+    label = _label(source)
+    cases = _cases(source)
+    policy = _make(source)
+    for case, graph, cluster in cases[:2] + cases[:1]:
+        shared = plan(graph, cluster, policy, RooflineCost(cluster))
+        fresh = _plan(source, graph, cluster)
+        _require(shared.placement == fresh.placement,
+                 f"{label} on {case}: a reused instance placed differently from a new one")
+
+
+def check_estimate_above_bound(source: PolicySource) -> None:
+    """A policy's own makespan estimate is never below the lower bound."""
+    label = _label(source)
+    for case, graph, cluster in _cases(source):
+        estimate = _plan(source, graph, cluster).estimated_makespan_s
+        bound = lower_bound(graph, cluster, RooflineCost(cluster))
+        _require(estimate is None or estimate >= bound * (1 - 1e-9),
+                 f"{label} on {case}: estimated makespan {estimate} below the lower bound "
+                 f"{bound}")
+
+
+def check_honours_memory(source: PolicySource) -> None:
+    """A memory-aware policy keeps every device within capacity (conservative model)."""
+    label = _label(source)
+    graph = _chain(8, 2**20)
+    roomy = _tight(6 * 2**20)  # neither device holds the chain, the two together do
+    p = _plan(source, graph, roomy)
+    for device, used in plan_memory(p, roomy).items():
+        capacity = roomy.device(device).memory_bytes
+        _require(used <= capacity, f"{label}: claims to honour memory, but puts {used} "
+                                   f"bytes on device {device!r} of {capacity}")
+
+
+def check_refuses_when_nothing_fits(source: PolicySource) -> None:
+    """A memory-aware policy raises :class:`OutOfMemory` when no plan fits."""
+    label = _label(source)
+    cramped = _tight(3 * 2**20)
+    try:
+        _plan(source, _chain(8, 2**20), cramped)
+    except OutOfMemory as err:
+        _require("fit" in str(err), f"{label}: unclear out-of-memory error: {err}")
+    except PlacementError as err:
+        raise ConformanceError(f"{label}: no plan fits, expected OutOfMemory, got "
+                               f"{type(err).__name__}: {err}") from err
+    else:
+        raise ConformanceError(f"{label}: placed a graph that fits in no device's memory")
+
+
+def check_refuses_unrunnable_ops(source: PolicySource) -> None:
+    """Ops no device can run (an fp64 op on bf16-only devices) are refused clearly."""
+    label = _label(source)
+    graph = random_dag(3, seed=5, dtype="fp64")
+    cluster = Cluster("bf16-only", (_device("b0", dtypes=("bf16",)),
+                                    _device("b1", dtypes=("bf16",))),
+                      (Link("b0", "b1", 1e10),))
+    try:
+        _plan(source, graph, cluster)
+    except PlacementError as err:
+        _require("can run on no device" in str(err) or "cannot run it" in str(err),
+                 f"{label}: unclear error for unrunnable ops: {err}")
+    else:  # plan() itself refuses such placements, so only a broken plan() gets here
+        raise ConformanceError(f"{label}: placed an fp64 op on devices without fp64")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One named property; ``applies`` says which policies it concerns."""
+
+    name: str
+    run: Callable[[PolicySource], None]
+    applies: Callable[[PlacementPolicy], bool] = lambda policy: True
+
+    def __call__(self, source: PolicySource) -> None:
+        self.run(source)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _memory_aware(policy: PlacementPolicy) -> bool:
+    return policy.memory_aware
+
+
+CHECKS: tuple[Check, ...] = (
+    Check("valid_plans", check_valid_plans),
+    Check("deterministic", check_deterministic),
+    Check("reusable", check_reusable),
+    Check("estimate_above_bound", check_estimate_above_bound),
+    Check("honours_memory", check_honours_memory, _memory_aware),
+    Check("refuses_when_nothing_fits", check_refuses_when_nothing_fits, _memory_aware),
+    Check("refuses_unrunnable_ops", check_refuses_unrunnable_ops),
+)
+
+
+def checks_for(source: PolicySource) -> list[Check]:
+    """The checks that concern ``source`` (memory checks only for memory-aware policies)."""
+    policy = _make(source)
+    return [check for check in CHECKS if check.applies(policy)]
 
 
 def check_policy(source: PolicySource) -> None:
-    """Run the whole suite on a registered policy name or a zero-argument factory."""
-    policy = _make(source)
-    label = policy.name or type(policy).__name__
-    for case, graph, cluster, first, second in _cases(source):
-        _check_plan(f"{label} on {case}", first, graph, cluster)
-        assert first.placement == second.placement and first.order == second.order, \
-            f"{label} on {case}: the same seed gave a different plan"
-        estimate = first.estimated_makespan_s
-        bound = lower_bound(graph, cluster, RooflineCost(cluster))
-        assert estimate is None or estimate >= bound * (1 - 1e-9), \
-            f"{label} on {case}: estimated makespan {estimate} below the lower bound {bound}"
-    if getattr(policy, "memory_aware", False):
-        _check_memory(source, label)
-    _check_unrunnable(source, label)
+    """Run every check on a registered policy name or a zero-argument factory; raise one
+    :class:`ConformanceError` that lists every failure."""
+    failures = []
+    for check in checks_for(source):
+        try:
+            check(source)
+        except ConformanceError as err:
+            failures.append(f"[{check.name}] {err}")
+    if failures:
+        raise ConformanceError("; ".join(failures))
 
 
-def _check_memory(source: PolicySource, label: str) -> None:
-    graph = _chain(8, 2**20)
-    roomy = _tight(6 * 2**20)  # neither device holds the chain, the two together do
-    p = plan(graph, roomy, _make(source), RooflineCost(roomy))
-    for device, used in plan_memory(p, roomy).items():
-        capacity = roomy.device(device).memory_bytes
-        assert used <= capacity, (f"{label}: claims to honour memory, but puts {used} "
-                                  f"bytes on device {device!r} of {capacity}")
-    cramped = _tight(3 * 2**20)
-    try:
-        plan(graph, cramped, _make(source), RooflineCost(cramped))
-    except PlacementError as err:
-        assert "fit" in str(err), f"{label}: unclear out-of-memory error: {err}"
-    else:
-        raise AssertionError(f"{label}: placed a graph that fits in no device's memory")
+def parametrize_with_checks(sources: Sequence[PolicySource]) -> MarkDecorator:
+    """A ``pytest.mark.parametrize`` over (policy, check): one test item each, named
+    ``<policy>-<check>``; the test body is ``check(policy)``."""
+    import pytest
+
+    params: list[Any] = []
+    for source in sources:
+        for check in checks_for(source):
+            params.append(pytest.param(source, check, id=f"{_label(source)}-{check.name}"))
+    return pytest.mark.parametrize(("policy", "check"), params)
 
 
 def plan_memory(p: Plan, cluster: Cluster) -> dict[str, int]:
@@ -158,17 +320,3 @@ def plan_memory(p: Plan, cluster: Cluster) -> dict[str, int]:
     for op in range(problem.n):
         book.commit(op, where[op], where)
     return dict(zip(problem.devices, book.used, strict=True))
-
-
-def _check_unrunnable(source: PolicySource, label: str) -> None:
-    graph = random_dag(3, seed=5, dtype="fp64")
-    cluster = Cluster("bf16-only", (_device("b0", dtypes=("bf16",)),
-                                    _device("b1", dtypes=("bf16",))),
-                      (Link("b0", "b1", 1e10),))
-    try:
-        plan(graph, cluster, _make(source), RooflineCost(cluster))
-    except PlacementError as err:
-        assert "can run on no device" in str(err) or "cannot run it" in str(err), \
-            f"{label}: unclear error: {err}"
-    else:  # plan() itself refuses such placements, so only a broken plan() gets here
-        raise AssertionError(f"{label}: placed an fp64 op on devices without fp64")

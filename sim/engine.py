@@ -40,13 +40,12 @@ from simpy.events import NORMAL, Event
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from sim.result import SimResult
+from sim.options import ORDERS
+from sim.result import SimResult, TraceColumns
 from workloads.arrays import GraphArrays
 from workloads.errors import PlacementError
 
 __all__ = ["ORDERS", "simulate"]
-
-ORDERS: tuple[str, ...] = ("plan", "priority")
 
 
 class _Simulation:
@@ -343,8 +342,25 @@ class _Simulation:
             memory_capacity_bytes=dict(zip(self.devices, self.capacity, strict=True)),
             resident_bytes=dict(zip(self.devices, self.resident, strict=True)),
             memory_log=self.timeline, devices=tuple(self.devices), plan=self.plan,
-            cluster=self.cluster.name, job=job, _run=self,
+            cluster=self.cluster.name, job=job, columns=self._columns(),
         )
+
+    def _columns(self) -> TraceColumns:
+        a = self.plan.graph.arrays
+        return TraceColumns(
+            devices=tuple(self.devices), names=self.names,
+            op_device=np.asarray(self.op_dev, dtype=np.int64),
+            op_stream=np.asarray(self.stream, dtype=np.int64),
+            op_start=np.asarray(self.start, dtype=float), op_end=self.end,
+            op_flops=a.flops.astype(np.int64), op_bytes=a.moved_bytes.astype(np.int64),
+            transfer_names=tuple(t.name for t in self.plan.transfers),
+            transfer_src=np.asarray(self.t_src, dtype=np.int64),
+            transfer_dst=np.asarray(self.t_dst, dtype=np.int64),
+            transfer_engine=np.asarray(self.t_engine, dtype=np.int64),
+            transfer_channels=tuple(self.t_channels),
+            transfer_start=np.asarray(self.t_start, dtype=float),
+            transfer_end=np.asarray(self.t_end, dtype=float),
+            transfer_bytes=np.asarray(self.t_bytes, dtype=np.int64))
 
 
 class _PrioritySimulation(_Simulation):

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
+from workloads.io import write_figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
-import pandas as pd
-
-from workloads.io import write_bytes_atomic
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["plot_gantt"]
 
@@ -31,7 +28,10 @@ def plot_gantt(trace: pd.DataFrame, path: str | Path, *, title: str = "") -> Pat
             lanes.setdefault(lane, []).append((start * 1e3, (end - start) * 1e3))
             kinds[lane] = kind
     order = sorted(lanes, key=lambda lane: (kinds[lane] != "compute", lane))
-    fig, ax = plt.subplots(figsize=(10, 0.35 * len(order) + 1.5))
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 0.35 * len(order) + 1.5))
+    ax = fig.add_subplot()
     for row, lane in enumerate(order):
         ax.broken_barh(lanes[lane], (row - 0.4, 0.8), facecolors=_COLOURS[kinds[lane]],
                        edgecolor="black", linewidth=0.2)
@@ -41,7 +41,4 @@ def plot_gantt(trace: pd.DataFrame, path: str | Path, *, title: str = "") -> Pat
     ax.set_xlabel("time (ms)")
     ax.set_title(title or "Simulated schedule (blue: compute, orange: transfer)")
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lower().lstrip(".") or "png", dpi=110)
-    plt.close(fig)
-    return write_bytes_atomic(path, buf.getvalue())
+    return write_figure(fig, path)

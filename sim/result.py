@@ -13,53 +13,81 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
+from workloads.errors import PlacelabError
 from workloads.io import write_text_atomic
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from policies.plans import Plan
 
-__all__ = ["TRACE_COLUMNS", "SimResult", "build_trace", "chrome_trace"]
+__all__ = ["TRACE_COLUMNS", "SimResult", "TraceColumns", "chrome_trace"]
 
 TRACE_COLUMNS: tuple[str, ...] = ("job", "name", "kind", "device", "src", "dst", "stream",
                                   "start_s", "end_s", "flops", "bytes")
 
 
-def build_trace(run: Any, job: str) -> pd.DataFrame:
-    """The Trace of a finished simulation run, rows sorted by start time.
+@dataclass(frozen=True)
+class TraceColumns:
+    """What a run measured, as compact columns: the Trace before it is a DataFrame.
 
-    ``stream`` names the lanes a row occupies: ``device/streamK`` for compute;
-    ``device/copyK`` and the link channels (comma-separated) for a transfer.
+    Ops are in ``names`` order with their device (an index into ``devices``), stream,
+    start and end; transfers with source and destination device, copy engine, the link
+    channels they held, start and end. Keeping these instead of the executor's state lets
+    a result outlive its run at a few arrays' cost.
     """
-    ops = [run.plan.graph.op(name) for name in run.names]
-    devices = np.array(run.devices, dtype=object)
-    op_dev = np.asarray(run.op_dev, dtype=np.int64)
-    n = len(run.names)
-    compute = pd.DataFrame({
-        "job": [job] * n, "name": list(run.names), "kind": ["compute"] * n,
-        "device": devices[op_dev] if n else [], "src": [""] * n, "dst": [""] * n,
-        "stream": [f"{run.devices[d]}/stream{s}" for d, s in zip(run.op_dev, run.stream,
-                                                                  strict=True)],
-        "start_s": run.start, "end_s": run.end,
-        "flops": [op.flops for op in ops],
-        "bytes": [op.bytes_read + op.bytes_written for op in ops],
-    })
-    m = len(run.t_src)
-    moved = pd.DataFrame({
-        "job": [job] * m, "name": [t.name for t in run.plan.transfers],
-        "kind": ["transfer"] * m, "device": [""] * m,
-        "src": [run.devices[d] for d in run.t_src],
-        "dst": [run.devices[d] for d in run.t_dst],
-        "stream": [",".join((f"{run.devices[d]}/copy{e}", *c))
-                   for d, e, c in zip(run.t_src, run.t_engine, run.t_channels, strict=True)],
-        "start_s": run.t_start, "end_s": run.t_end,
-        "flops": [0] * m, "bytes": run.t_bytes,
-    })
-    trace = pd.concat([compute, moved], ignore_index=True) if m else compute
-    trace = trace.astype({"start_s": "float64", "end_s": "float64", "flops": "int64",
-                          "bytes": "int64"})
-    return trace.sort_values("start_s", kind="stable", ignore_index=True)
+
+    devices: tuple[str, ...]
+    names: tuple[str, ...]
+    op_device: np.ndarray
+    op_stream: np.ndarray
+    op_start: np.ndarray
+    op_end: np.ndarray
+    op_flops: np.ndarray
+    op_bytes: np.ndarray
+    transfer_names: tuple[str, ...] = ()
+    transfer_src: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    transfer_dst: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    transfer_engine: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    transfer_channels: tuple[tuple[str, ...], ...] = ()
+    transfer_start: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    transfer_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    transfer_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def frame(self, job: str) -> pd.DataFrame:
+        """The Trace: one row per op or transfer (``TRACE_COLUMNS``), by start time.
+
+        ``stream`` names the lanes a row occupies: ``device/streamK`` for compute;
+        ``device/copyK`` and the link channels (comma-separated) for a transfer.
+        """
+        import pandas as pd
+
+        devices = np.array(self.devices, dtype=object)
+        n, m = len(self.names), len(self.transfer_names)
+        compute = pd.DataFrame({
+            "job": [job] * n, "name": list(self.names), "kind": ["compute"] * n,
+            "device": devices[self.op_device] if n else [], "src": [""] * n,
+            "dst": [""] * n,
+            "stream": [f"{self.devices[d]}/stream{s}" for d, s in
+                       zip(self.op_device.tolist(), self.op_stream.tolist(), strict=True)],
+            "start_s": self.op_start, "end_s": self.op_end, "flops": self.op_flops,
+            "bytes": self.op_bytes,
+        })
+        moved = pd.DataFrame({
+            "job": [job] * m, "name": list(self.transfer_names), "kind": ["transfer"] * m,
+            "device": [""] * m, "src": devices[self.transfer_src] if m else [],
+            "dst": devices[self.transfer_dst] if m else [],
+            "stream": [",".join((f"{self.devices[d]}/copy{e}", *c)) for d, e, c in
+                       zip(self.transfer_src.tolist(), self.transfer_engine.tolist(),
+                           self.transfer_channels, strict=True)],
+            "start_s": self.transfer_start, "end_s": self.transfer_end, "flops": [0] * m,
+            "bytes": self.transfer_bytes,
+        })
+        trace = pd.concat([compute, moved], ignore_index=True) if m else compute
+        trace = trace.astype({"start_s": "float64", "end_s": "float64", "flops": "int64",
+                              "bytes": "int64"})
+        return trace.sort_values("start_s", kind="stable", ignore_index=True)
 
 
 @dataclass
@@ -83,12 +111,14 @@ class SimResult:
     plan: Plan | None = field(default=None, repr=False)
     cluster: str = ""
     job: str = "job0"
-    _run: Any = field(default=None, repr=False, compare=False)
+    columns: TraceColumns | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def trace(self) -> pd.DataFrame:
         """One row per compute op or transfer (see ``TRACE_COLUMNS``), by start time."""
-        return build_trace(self._run, self.job)
+        if self.columns is None:
+            raise PlacelabError("simulation result: no trace was recorded")
+        return self.columns.frame(self.job)
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (the keys ``placelab simulate --json`` prints)."""
@@ -101,6 +131,8 @@ class SimResult:
 
     def memory_frame(self) -> pd.DataFrame:
         """Memory in use over time: one row per change, columns ``time_s, device, bytes``."""
+        import pandas as pd
+
         log = np.asarray(self.memory_log, dtype=float).reshape(-1, 3)
         names = np.asarray(self.devices, dtype=object)
         return pd.DataFrame({"time_s": log[:, 0],
@@ -126,6 +158,7 @@ def chrome_trace(trace: pd.DataFrame) -> dict[str, Any]:
     one ``links`` process with a lane per link channel; a transfer appears on every lane it
     holds.
 
+    >>> import pandas as pd
     >>> df = pd.DataFrame([dict(job="j", name="a", kind="compute", device="gpu0", src="",
     ...     dst="", stream="gpu0/stream0", start_s=0.0, end_s=1e-3, flops=1, bytes=0)])
     >>> [e["dur"] for e in chrome_trace(df)["traceEvents"] if e["ph"] == "X"]

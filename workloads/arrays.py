@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
+
 if TYPE_CHECKING:
     from workloads.graph import Graph
 
@@ -25,6 +27,8 @@ class GraphArrays:
     >>> a = build_model("mlp").arrays
     >>> a.names[0], int(a.edge_src[0]), int(a.edge_dst[0])
     ('input', 0, 1)
+    >>> a.flops.flags.writeable
+    False
     """
 
     names: tuple[str, ...]
@@ -45,10 +49,15 @@ class GraphArrays:
     op_class: np.ndarray  #: index into ``workloads.graph.OP_CLASSES``
     dtype: np.ndarray     #: index into ``DTYPES`` (the keys of ``DTYPE_BYTES``)
 
+    def __post_init__(self) -> None:
+        # Shared by every executor and policy of the graph: writing into one would change
+        # their answers while the graph stays the same, so the arrays are read-only.
+        for value in vars(self).values():
+            if isinstance(value, np.ndarray):
+                value.flags.writeable = False
+
     @classmethod
     def from_graph(cls, graph: Graph) -> GraphArrays:
-        from workloads.graph import DTYPE_BYTES, OP_CLASSES
-
         DTYPES = tuple(DTYPE_BYTES)
         names = graph.topological_order()
         position = {name: i for i, name in enumerate(names)}

@@ -10,8 +10,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from workloads.dtypes import DTYPE_BYTES
 from workloads.errors import GraphError
-from workloads.graph import DTYPE_BYTES, Graph, Op, Tensor
+from workloads.graph import Graph, Op, Tensor
 
 __all__ = ["GraphBuilder"]
 

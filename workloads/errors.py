@@ -15,6 +15,7 @@ __all__ = [
     "PlacelabError",
     "PlacementError",
     "RegistryError",
+    "UnsupportedOp",
 ]
 
 
@@ -44,3 +45,10 @@ class CalibrationError(PlacelabError):
 
 class RegistryError(PlacelabError):
     """An unknown or duplicate name in one of the plug-in registries."""
+
+
+class UnsupportedOp(PlacelabError):
+    """A device cannot run an op (it lacks the op's dtype, or a cost table has no entry).
+
+    Cost models raise it; planners read it as "not on this device", never as a bad spec.
+    """

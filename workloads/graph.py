@@ -17,9 +17,9 @@ import networkx as nx
 
 from workloads.arrays import GraphArrays
 from workloads.errors import GraphError
-from workloads.op import DTYPE_BYTES, OP_CLASSES, Op, Tensor, dtype_bytes
+from workloads.op import Op, Tensor
 
-__all__ = ["DTYPE_BYTES", "OP_CLASSES", "Edge", "Graph", "Op", "Tensor", "dtype_bytes"]
+__all__ = ["Edge", "Graph", "Op", "Tensor"]
 
 FORMAT = "placelab.graph"
 VERSION = 1

@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["write_bytes_atomic", "write_text_atomic"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["write_bytes_atomic", "write_figure", "write_text_atomic"]
 
 
 def _file_mode() -> int:
@@ -46,3 +50,22 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
+    """Render ``fig`` in the format its suffix names (PNG, SVG, PDF, ...) and write it
+    atomically. Figures are built on ``matplotlib.figure.Figure``, never through pyplot, so
+    drawing one neither switches the user's backend nor keeps the figure alive.
+
+    >>> import tempfile, pathlib
+    >>> from matplotlib.figure import Figure
+    >>> fig = Figure()
+    >>> _ = fig.add_subplot().plot([0, 1], [1, 0])
+    >>> write_figure(fig, pathlib.Path(tempfile.mkdtemp()) / "f.svg").read_bytes()[:5]
+    b'<?xml'
+    """
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lower().lstrip(".") or "png", dpi=dpi)
+    return write_bytes_atomic(path, buf.getvalue())

@@ -7,6 +7,7 @@ registers with :func:`register_op_kind`.
 
 from __future__ import annotations
 
+from workloads.dtypes import OP_CLASSES
 from workloads.errors import GraphError
 
 __all__ = ["OP_KINDS", "register_op_kind"]
@@ -39,8 +40,6 @@ OP_KINDS: dict[str, str] = {
 
 def register_op_kind(kind: str, op_class: str) -> None:
     """Make ``kind`` known, costed as ``op_class`` (``any`` to let each op say)."""
-    from workloads.graph import OP_CLASSES
-
     if kind in OP_KINDS:
         raise GraphError(f"op kind {kind!r} is already registered")
     if op_class != "any" and op_class not in OP_CLASSES:

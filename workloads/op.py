@@ -1,4 +1,4 @@
-"""The IR's values and operations: :class:`Tensor` and :class:`Op`, with dtypes and op classes.
+"""The IR's values and operations: :class:`Tensor` and :class:`Op`.
 
 Op costs are facts of the op (FLOPs, bytes moved, parameter and workspace bytes), never of a
 device: hardware models turn them into times.
@@ -11,36 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from workloads.dtypes import OP_CLASSES, dtype_bytes
 from workloads.errors import GraphError
 from workloads.kinds import OP_KINDS
 
-__all__ = ["DTYPE_BYTES", "OP_CLASSES", "Op", "Tensor", "dtype_bytes"]
-
-#: Size of one element of each supported dtype, in bytes.
-DTYPE_BYTES: dict[str, int] = {
-    "fp64": 8, "fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp8": 1,
-    "int64": 8, "int32": 4, "int8": 1, "bool": 1,
-}
-
-#: Op classes a cost model distinguishes. ``source`` ops (graph inputs) do no work.
-OP_CLASSES: tuple[str, ...] = (
-    "source", "matmul", "conv", "elementwise", "reduction", "data_movement",
-)
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of ``dtype``.
-
-    >>> dtype_bytes("bf16")
-    2
-    """
-    try:
-        return DTYPE_BYTES[dtype]
-    except KeyError:
-        raise GraphError(
-            f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}"
-        ) from None
-
+__all__ = ["Op", "Tensor"]
 
 def _freeze(value: Any) -> Any:
     """Lists become tuples so that attrs compare equal after a JSON round trip."""

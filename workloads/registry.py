@@ -1,21 +1,34 @@
 """A named registry for plug-ins, loud on duplicates, fed by code and entry points.
 
-Policies, cost models and passes each keep one. Third-party packages register through an
-entry point group (``placelab.policies``, ``placelab.cost_models``, ``placelab.passes``);
-the entry points are read once, on the first lookup.
+Policies, cost models, passes and zoo models each keep one. Built-in members are declared
+by name and ``"module:attribute"`` and imported on their first lookup, so that listing names
+or importing a contract never loads every implementation. Third-party packages register
+through an entry point group (``placelab.policies``, ``placelab.cost_models``,
+``placelab.passes``); those are loaded once, on the first lookup, and one that fails to load
+is reported as a warning naming its distribution while every other plug-in still loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from importlib.metadata import entry_points
-from typing import Generic, TypeVar
+import importlib
+import warnings
+from collections.abc import Iterator, Mapping
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Generic, TypeVar
 
 from workloads.errors import RegistryError
 
-__all__ = ["Registry"]
+__all__ = ["PluginWarning", "Registry"]
 
 T = TypeVar("T")
+
+
+class PluginWarning(UserWarning):
+    """A third-party plug-in could not be loaded or registered; the others still are."""
+
+
+def _target(item: Any) -> str:
+    return f"{getattr(item, '__module__', '')}:{getattr(item, '__qualname__', '')}"
 
 
 class Registry(Generic[T]):
@@ -29,57 +42,91 @@ class Registry(Generic[T]):
     Traceback (most recent call last):
     ...
     workloads.errors.RegistryError: number 'one' is already registered
+    >>> lazy: Registry[object] = Registry("function", builtins={"dumps": "json:dumps"})
+    >>> lazy.names(), lazy.get("dumps").__name__
+    (['dumps'], 'dumps')
     """
 
-    def __init__(self, what: str, group: str | None = None) -> None:
+    def __init__(self, what: str, group: str | None = None, *,
+                 builtins: Mapping[str, str] | None = None) -> None:
         self.what = what
         self.group = group
         self._items: dict[str, T] = {}
-        self._loaded_entry_points = group is None
+        self._lazy: dict[str, str] = dict(builtins or {})
+        self._entry_points_read = group is None
 
     def register(self, name: str, item: T) -> None:
+        """Add ``item`` as ``name``; a name already taken is an error.
+
+        Registering the very object a built-in entry names (its module being imported)
+        resolves that entry instead.
+        """
         if not isinstance(name, str) or not name:
             raise RegistryError(f"{self.what} name must be a non-empty string, got {name!r}")
-        if name in self._items:
+        if name in self._lazy and self._lazy[name] == _target(item):
+            del self._lazy[name]
+        elif name in self._items or name in self._lazy:
             raise RegistryError(f"{self.what} {name!r} is already registered")
         self._items[name] = item
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (for tests and interactive sessions)."""
-        self._load_entry_points()
-        if name not in self._items:
+        self._read_entry_points()
+        if name in self._lazy:
+            del self._lazy[name]
+        elif name in self._items:
+            del self._items[name]
+        else:
             raise RegistryError(f"{self.what} {name!r} is not registered")
-        del self._items[name]
 
     def get(self, name: str) -> T:
-        self._load_entry_points()
-        try:
+        self._read_entry_points()
+        if name in self._items:
             return self._items[name]
-        except KeyError:
-            raise RegistryError(
-                f"unknown {self.what} {name!r}; expected one of: {', '.join(self.names())}"
-            ) from None
+        if name in self._lazy:
+            return self._resolve(name)
+        raise RegistryError(
+            f"unknown {self.what} {name!r}; expected one of: {', '.join(self.names())}")
 
     def names(self) -> list[str]:
-        self._load_entry_points()
-        return sorted(self._items)
+        """Every registered name, sorted (nothing is imported to list them)."""
+        self._read_entry_points()
+        return sorted({*self._items, *self._lazy})
 
     def __contains__(self, name: object) -> bool:
-        self._load_entry_points()
-        return name in self._items
+        self._read_entry_points()
+        return name in self._items or name in self._lazy
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
 
-    def _load_entry_points(self) -> None:
-        if self._loaded_entry_points:
+    def _resolve(self, name: str) -> T:
+        module, _, attribute = self._lazy[name].partition(":")
+        item: T = getattr(importlib.import_module(module), attribute)
+        # Importing the module may have registered it already (a decorator).
+        self._lazy.pop(name, None)
+        self._items.setdefault(name, item)
+        return self._items[name]
+
+    def _read_entry_points(self) -> None:
+        if self._entry_points_read:
             return
-        self._loaded_entry_points = True
         for ep in entry_points(group=self.group):
-            try:
-                item = ep.load()
-            except Exception as err:  # a broken plug-in must name itself
-                raise RegistryError(
-                    f"{self.what} entry point {ep.name!r} ({ep.value}) failed to load: {err}"
-                ) from err
-            self.register(ep.name, item)
+            self._load_entry_point(ep)
+        # Marked only once every plug-in was tried, so a failure cannot hide later ones.
+        self._entry_points_read = True
+
+    def _load_entry_point(self, ep: EntryPoint) -> None:
+        dist = ep.dist.name if ep.dist is not None else "unknown distribution"
+        where = f"{self.what} plug-in {ep.name!r} ({ep.value}) of distribution {dist!r}"
+        try:
+            item = ep.load()
+        except Exception as err:  # a broken plug-in names itself and spoils nothing else
+            warnings.warn(f"{where} failed to load and is skipped: "
+                          f"{type(err).__name__}: {err}", PluginWarning, stacklevel=4)
+            return
+        if name_taken := (ep.name in self._items or ep.name in self._lazy):
+            warnings.warn(f"{where} is skipped: {self.what} {ep.name!r} is already "
+                          f"registered", PluginWarning, stacklevel=4)
+        if not name_taken:
+            self._items[ep.name] = item

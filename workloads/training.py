@@ -14,9 +14,14 @@ every user's gradient in the owner's update.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from workloads.dtypes import DTYPE_BYTES
 from workloads.errors import GraphError
-from workloads.graph import DTYPE_BYTES, Graph, Op, Tensor
+from workloads.op import Op, Tensor
+
+if TYPE_CHECKING:
+    from workloads.graph import Graph
 
 __all__ = ["OPTIMIZERS", "Optimizer", "training_graph"]
 
@@ -139,6 +144,8 @@ def training_graph(forward: Graph, optimizer: str = "sgd") -> Graph:
             wgrads.setdefault(weights[0], []).append(back.outputs[-1].name)
     for owner, parts in wgrads.items():
         ops.append(_update(forward.op(owner), parts, tensors, opt))
+    from workloads.graph import Graph  # here: the optimizer table is read without networkx
+
     return Graph(f"{forward.name}.train.{optimizer}", ops)
 
 

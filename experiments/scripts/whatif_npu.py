@@ -15,18 +15,15 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib.figure import Figure
 
 from experiments.results import write_results
 from hwmodels import Cluster, RooflineCost, get_device, loads
 from policies import plan
 from sim import simulate
 from workloads import build_model, training_graph
-from workloads.io import write_bytes_atomic
+from workloads.io import write_figure
 
 HERE = Path(__file__).resolve().parents[1]
 GIB = 2**30
@@ -59,7 +56,8 @@ def sweep(bandwidths_tbps: list[float], capacities_gib: list[float], batch: int,
 
 def plot(df: pd.DataFrame, path: Path) -> Path:
     """Left: step time against bandwidth. Right: which capacities hold the step."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    fig = Figure(figsize=(10, 4.2))
+    left, right = fig.subplots(1, 2)
     # Step time does not depend on capacity (memory only decides whether the step fits).
     ok = df[df["feasible"]].groupby("bandwidth_tbps")["step_s"].first()
     left.plot(ok.index, ok.values * 1e3, marker="o")
@@ -81,12 +79,7 @@ def plot(df: pd.DataFrame, path: Path) -> Path:
     right.legend(fontsize="small")
     fig.suptitle("GPT-2 small training step (Adam, bf16, 8 x 1024 tokens) on one what-if NPU")
     fig.tight_layout()
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    return write_bytes_atomic(path, buf.getvalue())
+    return write_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:

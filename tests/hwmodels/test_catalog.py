@@ -23,7 +23,7 @@ from hwmodels import (
     list_devices,
     make_cost_model,
 )
-from workloads import HardwareSpecError, build_model
+from workloads import HardwareSpecError, UnsupportedOp, build_model
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "experiments" / "hardware" / "whatif-npu.toml"
@@ -74,7 +74,7 @@ def test_capability_queries() -> None:
 
 
 def test_unknown_dtype_on_a_device_is_named() -> None:
-    with pytest.raises(HardwareSpecError, match=r"device 'tpu-v4': has no peak rate for "
+    with pytest.raises(UnsupportedOp, match=r"device 'tpu-v4': has no peak rate for "
                                                 r"dtype 'fp32'; it has bf16, int8"):
         get_device("tpu-v4").peak_flops("fp32")
 
@@ -147,7 +147,7 @@ def test_table_cost_from_file_and_errors(tmp_path: Path) -> None:
     g = build_model("mlp")
     assert cost.op_time(g.op("fc1"), "cpu0") == 2.5
     assert cost.tensor_transfer_time("input", 1, "cpu0", "gpu0") == 7.0
-    with pytest.raises(HardwareSpecError, match="no time for op 'relu1' on device 'gpu0'"):
+    with pytest.raises(UnsupportedOp, match="no time for op 'relu1' on device 'gpu0'"):
         cost.op_time(g.op("relu1"), "gpu0")
     with pytest.raises(HardwareSpecError, match="takes no file"):
         make_cost_model("roofline", cluster, path)

@@ -8,18 +8,33 @@ from hwmodels import RooflineCost, get_cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
-from policies.testing import CASES, check_policy, plan_memory, random_dag
+from policies.testing import (
+    CASES,
+    ConformanceError,
+    check_policy,
+    parametrize_with_checks,
+    plan_memory,
+    random_dag,
+)
 from sim import simulate
-from workloads import Graph, Op, PlacementError, Tensor, build_model, training_graph
+from workloads import (
+    Graph,
+    Op,
+    OutOfMemory,
+    PlacementError,
+    Tensor,
+    build_model,
+    training_graph,
+)
 
 ALL = POLICIES.names()
-# The MILP gets a short time limit here: the suite checks its contract, not its optimality.
-FACTORIES = {name: name for name in ALL} | {"optimal": lambda: Optimal(time_limit_s=2.0)}
+# The MILP gets a small node limit here: the suite checks its contract, not its optimality.
+FACTORIES = {name: name for name in ALL} | {"optimal": lambda: Optimal(node_limit=50)}
 
 
-@pytest.mark.parametrize("name", ALL)
-def test_conformance(name: str) -> None:
-    check_policy(FACTORIES[name])
+@parametrize_with_checks([FACTORIES[name] for name in ALL])
+def test_conformance(policy, check) -> None:
+    check(policy)
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -33,20 +48,24 @@ def test_simulated_makespan_respects_the_lower_bound(name: str) -> None:
         assert result.makespan_s >= lower_bound(graph, cluster, cost) * (1 - 1e-9)
 
 
-@pytest.mark.parametrize("name", [n for n in ALL
-                                  if getattr(POLICIES.get(n), "memory_aware", False)])
+@pytest.mark.parametrize("name", [n for n in ALL if POLICIES.get(n).memory_aware])
 def test_memory_aware_policies_never_run_out_in_the_simulator(name: str) -> None:
     # A training step of GPT-2 small on four 32 GiB V100s: one device cannot hold it.
-    step = training_graph(build_model("gpt2_small", batch=4, seq_len=512), "adam")
+    step = training_graph(build_model("gpt2_small", batch=12, seq_len=1024), "adam")
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
     single = simulate(plan(step, cluster, "single_device", cost), cluster, cost)
-    p = plan(step, cluster, name, cost)
+    assert not single.feasible  # the instance needs a memory-aware split
+    try:
+        p = plan(step, cluster, name, cost)
+    except OutOfMemory:
+        # Refusing is within the contract; Baechi's three must find the plan that exists.
+        assert name not in ("m_etf", "m_sct", "m_topo")
+        return
     result = simulate(p, cluster, cost)
     assert result.feasible, result.reason
     assert max(plan_memory(p, cluster).values()) <= 32 * 2**30
     assert max(result.peak_memory_bytes.values()) <= 32 * 2**30
-    assert not single.feasible or max(single.peak_memory_bytes.values()) > 0
 
 
 @pytest.mark.parametrize("name", ["m_etf", "m_sct", "m_topo"])
@@ -61,9 +80,14 @@ def test_memory_aware_failure_message_is_pinned(name: str) -> None:
 
 
 @pytest.mark.parametrize(("name", "kwargs", "message"), [
-    ("random", {"seed": "x"}, "policy 'random': seed must be an int or None, got 'x'"),
-    ("metis", {"seed": 1.5}, "policy 'metis': seed must be an int or None, got 1.5"),
-    ("optimal", {"time_limit_s": 0}, "policy 'optimal': time_limit_s must be > 0, got 0"),
+    ("random", {"seed": "x"}, "policy 'random': seed must be an integer >= 0, a "
+                              "numpy.random.Generator or None, got 'x'"),
+    ("metis", {"seed": 1.5}, "policy 'metis': seed must be an integer >= 0, a "
+                             "numpy.random.Generator or None, got 1.5"),
+    ("optimal", {"time_limit_s": 0},
+     "policy 'optimal': time_limit_s must be a finite number > 0, got 0"),
+    ("optimal", {"time_limit_s": float("nan")},
+     "policy 'optimal': time_limit_s must be a finite number > 0, got nan"),
     ("optimal", {"max_ops": 0}, "policy 'optimal': max_ops must be an int >= 1, got 0"),
     ("pipeline", {"max_blocks": -1},
      "policy 'pipeline': max_blocks must be an int >= 1, got -1"),
@@ -129,7 +153,29 @@ def test_a_third_party_policy_runs_the_suite_and_a_broken_one_fails_it() -> None
         bf16 = tuple(Device(n, "npu", {"bf16": 1e12}, 2**30, 1e11) for n in ("b0", "b1"))
         c = Cluster("bf16", bf16, (Link("b0", "b1", 1e10),))
         plan(graph, c, FirstDevice(), RooflineCost(c))
-    with pytest.raises(AssertionError, match="the same seed gave a different plan"):
+    with pytest.raises(ConformanceError, match=r"\[deterministic\] flaky on one op: "
+                                               r"the same seed gave a different plan"):
         check_policy(Flaky)
-    with pytest.raises(AssertionError, match="claims to honour memory"):
+    with pytest.raises(ConformanceError, match=r"\[honours_memory\] greedy: claims to honour "
+                                               r"memory.*\[refuses_when_nothing_fits\] "
+                                               r"greedy: placed a graph that fits in no"):
         check_policy(Greedy)
+
+
+def test_integer_seeds_of_any_kind_and_generators_are_accepted() -> None:
+    import numpy as np
+
+    graph, cluster = random_dag(20, seed=4), get_cluster("hetero-box")
+    by_int = plan(graph, cluster, POLICIES.get("random")(seed=7)).placement
+    by_numpy = plan(graph, cluster, POLICIES.get("random")(seed=np.int64(7))).placement
+    by_generator = plan(graph, cluster,
+                        POLICIES.get("random")(seed=np.random.default_rng(7))).placement
+    assert by_int == by_numpy == by_generator
+
+
+def test_repr_shows_parameters() -> None:
+    from policies.optimal import Optimal
+
+    assert repr(Optimal(node_limit=50)) == "Optimal(node_limit=50, max_ops=30, time_limit_s=None)"
+    assert repr(POLICIES.get("metis")(seed=3)) == "Metis(seed=3)"
+    assert repr(POLICIES.get("heft")()) == "HEFT()"

@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from workloads.errors import RegistryError
-from workloads.graph import Graph
 from workloads.registry import Registry
-from workloads.zoo.cnn import alexnet, lenet5, resnet50, vgg16
-from workloads.zoo.dense import mlp, stacked_autoencoder
-from workloads.zoo.inception import inception_v3
-from workloads.zoo.sequence import bert_base, gpt2_small, lstm
 
-__all__ = [
-    "MODELS", "alexnet", "bert_base", "build_model", "gpt2_small", "inception_v3", "lenet5",
-    "list_models", "lstm", "mlp", "register_model", "resnet50", "stacked_autoencoder",
-    "vgg16",
-]
+if TYPE_CHECKING:
+    from workloads.graph import Graph
 
-ModelFn = Callable[..., Graph]
-MODELS: Registry[ModelFn] = Registry("model")
+__all__ = ["MODELS", "build_model", "list_models", "register_model"]
+
+ModelFn = Callable[..., "Graph"]
+#: The zoo's constructors are imported on first lookup (listing names imports none).
+MODELS: Registry[ModelFn] = Registry("model", builtins={
+    "mlp": "workloads.zoo.dense:mlp", "stacked_autoencoder": "workloads.zoo.dense:"
+    "stacked_autoencoder", "lenet5": "workloads.zoo.cnn:lenet5",
+    "alexnet": "workloads.zoo.cnn:alexnet", "vgg16": "workloads.zoo.cnn:vgg16",
+    "resnet50": "workloads.zoo.cnn:resnet50",
+    "inception_v3": "workloads.zoo.inception:inception_v3",
+    "lstm": "workloads.zoo.sequence:lstm", "bert_base": "workloads.zoo.sequence:bert_base",
+    "gpt2_small": "workloads.zoo.sequence:gpt2_small",
+})
 
 
 def register_model(name: str, fn: ModelFn) -> None:
@@ -56,8 +60,3 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
     return fn(batch=batch, dtype=dtype, seq_len=seq_len)
 
 
-for _name, _fn in (("mlp", mlp), ("lenet5", lenet5), ("alexnet", alexnet), ("vgg16", vgg16),
-                   ("resnet50", resnet50), ("inception_v3", inception_v3),
-                   ("stacked_autoencoder", stacked_autoencoder), ("lstm", lstm),
-                   ("bert_base", bert_base), ("gpt2_small", gpt2_small)):
-    register_model(_name, _fn)

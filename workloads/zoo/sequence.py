@@ -8,7 +8,8 @@ no ``params`` and name the owner in ``attrs["shares"]``.
 from __future__ import annotations
 
 from workloads.builder import GraphBuilder
-from workloads.graph import DTYPE_BYTES, Graph
+from workloads.dtypes import DTYPE_BYTES
+from workloads.graph import Graph
 
 __all__ = ["bert_base", "gpt2_small", "lstm"]
 
