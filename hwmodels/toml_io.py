@@ -13,7 +13,7 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import tomli_w
 
@@ -63,10 +63,11 @@ class _Reader:
             if default is ...:
                 raise HardwareSpecError(f"{self.where}: missing field {key!r}")
             return default
-        value = self.table[key]
+        value: Any = self.table[key]
         if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
             name = kind.__name__ if isinstance(kind, type) else "number"
             raise HardwareSpecError(f"{self.where}: {key} must be a {name}, got {value!r}")
+        value = cast(Any, value)  # isinstance against a runtime ``kind`` narrows to object
         if positive and not value > 0:
             raise HardwareSpecError(f"{self.where}: {key} must be > 0, got {value!r}")
         if nonneg and not value >= 0:

@@ -135,10 +135,10 @@ def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
                     devices: Mapping[str, str], policy: str) -> None:
     """Every op must be placed on a device of the cluster that can run it."""
     names = set(cluster.device_names)
-    for op, device in devices.items():
+    for name, device in devices.items():
         if device not in names:
-            raise PlacementError(f"policy {policy!r} placed op {op!r} on device {device!r}, "
-                                 f"which cluster {cluster.name!r} lacks")
+            raise PlacementError(f"policy {policy!r} placed op {name!r} on device "
+                                 f"{device!r}, which cluster {cluster.name!r} lacks")
     try:
         cost.op_times(graph, devices)
     except UnsupportedOp:

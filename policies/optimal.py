@@ -73,7 +73,7 @@ class Optimal(PlacementPolicy):
         if time_limit_s is not None:
             check_number(self.name, "time_limit_s", time_limit_s)
         self.node_limit = node_limit
-        self.max_ops = max_ops
+        self.max_ops: int = max_ops
         self.time_limit_s = time_limit_s
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:

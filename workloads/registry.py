@@ -109,7 +109,7 @@ class Registry(Generic[T]):
         return self._items[name]
 
     def _read_entry_points(self) -> None:
-        if self._entry_points_read:
+        if self._entry_points_read or self.group is None:
             return
         for ep in entry_points(group=self.group):
             self._load_entry_point(ep)
