@@ -340,8 +340,14 @@ def _add_run_commands(sub: Any) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                      lineno: int, file: Any = None, line: str | None = None) -> None:
+    sys.stderr.write(f"placelab: warning: {message}\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``placelab`` console script."""
+    warnings.showwarning = _one_line_warning
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

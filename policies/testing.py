@@ -29,8 +29,7 @@ also simulates every policy's plans.)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -41,6 +40,8 @@ from policies.base import POLICIES, PlacementPolicy, plan
 from policies.bounds import lower_bound
 from policies.plans import Plan
 from policies.problem import MemoryBook, Problem
+from workloads.conformance import Check, ConformanceError, parametrize, run_checks
+from workloads.conformance import require as _require
 from workloads.errors import OutOfMemory, PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
@@ -52,16 +53,6 @@ __all__ = ["CASES", "CHECKS", "Check", "ConformanceError", "check_policy",
            "parametrize_with_checks", "plan_memory", "random_dag"]
 
 PolicySource = str | Callable[[], PlacementPolicy]
-
-
-class ConformanceError(AssertionError):
-    """A policy broke a property of the suite (the message names policy, check and case)."""
-
-
-def _require(condition: bool, message: str) -> None:
-    """Fail the check with ``message`` (not an ``assert``: it must hold under ``-O`` too)."""
-    if not condition:
-        raise ConformanceError(message)
 
 
 def _make(source: PolicySource) -> PlacementPolicy:
@@ -250,26 +241,11 @@ def check_refuses_unrunnable_ops(source: PolicySource) -> None:
         raise ConformanceError(f"{label}: placed an fp64 op on devices without fp64")
 
 
-@dataclass(frozen=True)
-class Check:
-    """One named property; ``applies`` says which policies it concerns."""
-
-    name: str
-    run: Callable[[PolicySource], None]
-    applies: Callable[[PlacementPolicy], bool] = lambda policy: True
-
-    def __call__(self, source: PolicySource) -> None:
-        self.run(source)
-
-    def __repr__(self) -> str:
-        return self.name
-
-
 def _memory_aware(policy: PlacementPolicy) -> bool:
     return policy.memory_aware
 
 
-CHECKS: tuple[Check, ...] = (
+CHECKS: tuple[Check[PolicySource], ...] = (
     Check("valid_plans", check_valid_plans),
     Check("deterministic", check_deterministic),
     Check("reusable", check_reusable),
@@ -280,7 +256,7 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def checks_for(source: PolicySource) -> list[Check]:
+def checks_for(source: PolicySource) -> list[Check[PolicySource]]:
     """The checks that concern ``source`` (memory checks only for memory-aware policies)."""
     policy = _make(source)
     return [check for check in CHECKS if check.applies(policy)]
@@ -289,26 +265,14 @@ def checks_for(source: PolicySource) -> list[Check]:
 def check_policy(source: PolicySource) -> None:
     """Run every check on a registered policy name or a zero-argument factory; raise one
     :class:`ConformanceError` that lists every failure."""
-    failures = []
-    for check in checks_for(source):
-        try:
-            check(source)
-        except ConformanceError as err:
-            failures.append(f"[{check.name}] {err}")
-    if failures:
-        raise ConformanceError("; ".join(failures))
+    run_checks(checks_for(source), source)
 
 
 def parametrize_with_checks(sources: Sequence[PolicySource]) -> MarkDecorator:
     """A ``pytest.mark.parametrize`` over (policy, check): one test item each, named
     ``<policy>-<check>``; the test body is ``check(policy)``."""
-    import pytest
-
-    params: list[Any] = []
-    for source in sources:
-        for check in checks_for(source):
-            params.append(pytest.param(source, check, id=f"{_label(source)}-{check.name}"))
-    return pytest.mark.parametrize(("policy", "check"), params)
+    return parametrize(("policy", "check"), [(s, _label(s), c) for s in sources
+                                             for c in checks_for(s)])
 
 
 def plan_memory(p: Plan, cluster: Cluster) -> dict[str, int]:

@@ -6,14 +6,13 @@ from hwmodels import RooflineCost, get_cluster
 from policies import plan
 from sim import simulate
 from workloads import Graph, GraphBuilder, GraphError, build_model, training_graph
-from workloads.passes import (
-    PASSES,
+from workloads.passes import PASSES, Pass, PassManager
+from workloads.passes.standard import (
     CommonSubexpressionElimination,
     DeadCodeElimination,
     ElementwiseFusion,
-    Pass,
-    PassManager,
 )
+from workloads.passes.testing import parametrize_with_checks
 
 
 def test_registry_refuses_duplicates() -> None:
@@ -112,3 +111,20 @@ def test_unknown_op_kind_is_a_graph_error() -> None:
 
     with pytest.raises(GraphError, match=r"op 'x': kind must be a known op kind .* got 'fft'"):
         Op("x", "fft", "elementwise")
+
+
+@parametrize_with_checks(PASSES.names())
+def test_pass_conformance(pass_, check) -> None:
+    check(pass_)
+
+
+def test_fusion_is_near_linear_on_long_chains() -> None:
+    # 3,001 ops took 210 s when every rewrite rebuilt the graph; one sweep per round now.
+    b = GraphBuilder("chain")
+    x = b.input((64, 64))
+    for _ in range(1500):
+        x = b.relu(b.linear(x, 64))
+    fused, changed = ElementwiseFusion()(b.build())
+    assert changed and len(fused) == 1501
+    assert all(op.attrs.get("fused") == (f"relu{i + 1}",)
+               for i, op in enumerate(o for o in fused if o.kind == "linear"))

@@ -6,13 +6,5 @@
 """
 
 from workloads.passes.base import PASSES, Pass, PassManager, make_pass, register_pass
-from workloads.passes.standard import (
-    CommonSubexpressionElimination,
-    DeadCodeElimination,
-    ElementwiseFusion,
-)
 
-__all__ = [
-    "PASSES", "CommonSubexpressionElimination", "DeadCodeElimination", "ElementwiseFusion",
-    "Pass", "PassManager", "make_pass", "register_pass",
-]
+__all__ = ["PASSES", "Pass", "PassManager", "make_pass", "register_pass"]

@@ -22,6 +22,8 @@ class Pass(ABC):
     """One graph transformation. Required: :meth:`call`; hooks default to no checks."""
 
     name: ClassVar[str] = ""
+    #: Applying the pass to its own result changes nothing (the conformance suite checks it).
+    idempotent: ClassVar[bool] = True
 
     def requires(self, graph: Graph) -> None:  # noqa: B027  (an optional hook)
         """Raise :class:`GraphError` if ``graph`` is not one this pass accepts."""
@@ -43,7 +45,12 @@ class Pass(ABC):
         return result, modified
 
 
-PASSES: Registry[type[Pass]] = Registry("pass", "placelab.passes")
+#: The standard passes, imported on first lookup.
+PASSES: Registry[type[Pass]] = Registry("pass", "placelab.passes", builtins={
+    "dce": "workloads.passes.standard:DeadCodeElimination",
+    "cse": "workloads.passes.standard:CommonSubexpressionElimination",
+    "fuse_elementwise": "workloads.passes.standard:ElementwiseFusion",
+})
 
 
 def register_pass(cls: type[Pass]) -> type[Pass]:

@@ -101,35 +101,54 @@ class ElementwiseFusion(Pass):
     name = "fuse_elementwise"
 
     def call(self, graph: Graph) -> tuple[Graph, bool]:
+        state = _FusionState(graph)
         modified = False
-        while True:
-            pair = self._find(graph)
-            if pair is None:
-                return graph, modified
-            graph = self._fuse(graph, *pair)
+        # One sweep folds every chain; a fusion can free another (the fused op may become an
+        # input's only reader), so sweep until one changes nothing. Each sweep is linear.
+        while state.sweep():
             modified = True
+        if not modified:
+            return graph, False
+        return Graph(graph.name, list(state.ops.values()), graph.outputs), True
 
-    @staticmethod
-    def _find(graph: Graph) -> tuple[Op, Op] | None:
-        outputs = set(graph.outputs)
-        for name in graph.topological_order():
-            consumer = graph.op(name)
-            if consumer.op_class != "elementwise" or len(consumer.outputs) != 1:
+
+class _FusionState:
+    """The graph being fused: ops by name (in graph order), each tensor's current producer
+    and readers."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.order = graph.topological_order()
+        self.ops: dict[str, Op] = {op.name: op for op in graph}
+        self.producer: dict[str, str] = dict(graph.producers())
+        self.readers: dict[str, list[str]] = {t: list(graph.consumers(t))
+                                              for t in self.producer}
+        self.outputs = set(graph.outputs)
+
+    def sweep(self) -> bool:
+        changed = False
+        for name in self.order:
+            consumer = self.ops.get(name)
+            if consumer is None or consumer.op_class != "elementwise" \
+                    or len(consumer.outputs) != 1:
                 continue
             for tensor in dict.fromkeys(consumer.inputs):
-                producer = graph.op(graph.producer(tensor))
-                if (len(producer.outputs) == 1 and producer.op_class != "source"
-                        and producer.bytes_written > 0 and tensor not in outputs
-                        and graph.consumers(tensor) == (consumer.name,)):
-                    return producer, consumer
-        return None
+                if self._fusable(tensor, consumer):
+                    self._fuse(self.ops[self.producer[tensor]], consumer)
+                    changed = True
+                    break
+        return changed
 
-    @staticmethod
-    def _fuse(graph: Graph, producer: Op, consumer: Op) -> Graph:
+    def _fusable(self, tensor: str, consumer: Op) -> bool:
+        producer = self.ops[self.producer[tensor]]
+        return (len(producer.outputs) == 1 and producer.op_class != "source"
+                and producer.bytes_written > 0 and tensor not in self.outputs
+                and self.readers[tensor] == [consumer.name])
+
+    def _fuse(self, producer: Op, consumer: Op) -> None:
         middle = producer.outputs[0]
         inputs = producer.inputs + tuple(t for t in consumer.inputs if t != middle.name
                                          and t not in producer.inputs)
-        fused = replace(
+        self.ops[producer.name] = replace(
             producer, inputs=inputs, outputs=consumer.outputs,
             attrs={**producer.attrs,
                    "fused": (*producer.attrs.get("fused", ()), consumer.name)},
@@ -140,6 +159,14 @@ class ElementwiseFusion(Pass):
             param_bytes=producer.param_bytes + consumer.param_bytes,
             workspace_bytes=max(producer.workspace_bytes, consumer.workspace_bytes),
         )
-        ops = [fused if op.name == producer.name else op for op in graph
-               if op.name != consumer.name]
-        return Graph(graph.name, ops, graph.outputs)
+        del self.ops[consumer.name]
+        del self.readers[middle.name]
+        for out in consumer.outputs:
+            self.producer[out.name] = producer.name
+        for tensor in dict.fromkeys(consumer.inputs):
+            readers = self.readers.get(tensor)
+            if readers is None:
+                continue
+            readers.remove(consumer.name)
+            if producer.name not in readers:
+                readers.append(producer.name)
