@@ -5,7 +5,8 @@ or a tenth of the ops)
 of 1k, 10k and 100k ops, placed in column blocks on 8 and 64 H100s joined by a switch, are
 simulated by ``sim.simulate`` and by a naive simpy model written the textbook way (one
 process per op and per transfer, one ``Resource`` per device and per link channel), which
-runs the same plan order and gives the same makespan. Both are timed in this run, so the
+runs the same plan order and gives the same makespan (it is the test suite's oracle,
+``tests/sim/oracle.py``). Both are timed in this run, so the
 ratio is meaningful on a shared, noisy machine. ``graph.arrays`` (the integer form of a
 graph, built once per graph and shared by every later simulation of it) and the plan's
 device codes (once per plan and cluster) are built before timing and their times reported
@@ -19,17 +20,23 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import simpy
 from machine import describe, record
 
-from hwmodels import Cluster, CostModel, Link, RooflineCost, get_device
+from hwmodels import Cluster, Link, RooflineCost, get_device
 from policies import Plan, order_by_priority
 from sim import simulate
 from workloads.graph import Graph
 from workloads.synthetic import layered_dag
+
+# The naive model is the test suite's oracle (tests/sim/oracle.py): one definition, two uses.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.sim.oracle import naive_simulate
 
 
 def switch_cluster(n: int) -> Cluster:
@@ -45,50 +52,6 @@ def block_plan(graph: Graph, cluster: Cluster, width: int) -> Plan:
     placement = {op.name: names[(int(op.name[1:]) % width) * len(names) // width]
                  for op in graph}
     return Plan(graph, placement, order_by_priority(graph, placement), policy="blocks")
-
-
-def naive_simulate(plan: Plan, cluster: Cluster, cost: CostModel) -> float:
-    """The baseline: a generator process per op and per transfer, Resources for all."""
-    env = simpy.Environment()
-    graph = plan.graph
-    device = {d: simpy.Resource(env, cluster.device(d).compute_streams)
-              for d in cluster.device_names}
-    channels: dict[str, simpy.Resource] = {}
-    done = {op.name: env.event() for op in graph}
-    started = {op.name: env.event() for op in graph}
-    arrived = {(t.tensor, t.dst): env.event() for t in plan.transfers}
-    previous = {ops[i]: ops[i - 1] for ops in plan.order.values() for i in range(1, len(ops))}
-
-    def run_op(name: str):
-        d = plan.placement[name]
-        waits = [done[graph.producer(t)] if plan.placement[graph.producer(t)] == d
-                 else arrived[(t, d)] for t in dict.fromkeys(graph.op(name).inputs)]
-        if name in previous:
-            waits.append(started[previous[name]])
-        yield simpy.AllOf(env, waits)
-        with device[d].request() as req:
-            yield req
-            started[name].succeed()
-            yield env.timeout(cost.op_time(graph.op(name), d))
-        done[name].succeed()
-
-    def run_transfer(t):
-        yield done[t.producer]
-        route = [channels.setdefault(h.channel, simpy.Resource(env, 1))
-                 for h in cluster.route(t.src, t.dst)]
-        requests = [r.request() for r in route]
-        yield simpy.AllOf(env, requests)
-        yield env.timeout(cost.transfer_time(t.nbytes, t.src, t.dst))
-        for r, req in zip(route, requests, strict=True):
-            r.release(req)
-        arrived[(t.tensor, t.dst)].succeed()
-
-    for op in graph:
-        env.process(run_op(op.name))
-    for t in plan.transfers:
-        env.process(run_transfer(t))
-    env.run()
-    return env.now
 
 
 def timed(fn, repeats: int) -> tuple[float, object]:
@@ -146,7 +109,8 @@ def main(argv: list[str] | None = None) -> str:
             plan_prep = time.perf_counter() - start
             repeats = 3 if n <= 10_000 else 2
             ours, result = timed(lambda: simulate(plan, cluster, cost), repeats)  # noqa: B023
-            naive, naive_makespan = timed(lambda: naive_simulate(plan, cluster, cost), 1)  # noqa: B023
+            naive, naive_run = timed(lambda: naive_simulate(plan, cluster, cost), 1)  # noqa: B023
+            naive_makespan = naive_run.makespan_s
             peak = peak_bytes(lambda: simulate(plan, cluster, cost)) / 2**20  # noqa: B023
             same = abs(result.makespan_s - naive_makespan) <= 1e-9 * result.makespan_s
             row = (f"| {n:,} | {d} | {len(plan.transfers):,} | {ours:.3f} | {n / ours:,.0f} "

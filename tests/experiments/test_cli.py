@@ -81,9 +81,26 @@ def test_simulate_gantt_order_and_bound(capsys, tmp_path) -> None:
     data = json.loads(out)
     assert code == 0 and data["order"] == "priority"
     assert data["makespan_over_bound"] >= 1.0
-    assert data["makespan_s"] == pytest.approx(data["lower_bound_s"] * data[
-        "makespan_over_bound"])
     assert gantt.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_simulate_reports_the_bound_of_a_closed_form_instance(capsys) -> None:
+    # mlp (batch 1) on the workstation with everything on the CPU: the ops form a chain, so
+    # the critical-path bound is the sum of each op's fastest time and single_device on the
+    # L4 runs exactly that chain (no transfers, one stream).
+    from hwmodels import RooflineCost, get_cluster
+    from workloads import build_model
+
+    graph, cluster = build_model("mlp"), get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    fastest = sum(min(cost.op_time(op, d) for d in cluster.device_names) for op in graph)
+    on_best = min(sum(cost.op_time(op, d) for op in graph) for d in cluster.device_names)
+    code, out, _ = run(capsys, "simulate", "--model", "mlp", "--cluster", "workstation",
+                       "--policy", "single_device", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert data["lower_bound_s"] == pytest.approx(fastest, rel=1e-12)
+    assert data["makespan_s"] == pytest.approx(on_best, rel=1e-12)
 
 
 def test_simulate_from_a_graph_file(capsys, tmp_path) -> None:

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwmodels import RooflineCost, get_cluster
-from policies import Plan, plan
+from policies import Plan, order_by_priority, plan
 from sim import TRACE_COLUMNS, simulate
 from tests.helpers import FixedCost, chain, op, toy_cluster
 from workloads import Graph, build_model
@@ -157,3 +157,32 @@ def test_simulation_properties_on_random_plans(case) -> None:
     assert (mem["bytes"] >= 0).all()
     again = simulate(p, c, cost)
     assert again.trace.equals(r.trace)
+
+
+def test_a_result_does_not_keep_the_simulation_alive() -> None:
+    # The result holds compact trace columns, not the executor (its simpy environment,
+    # event lists and per-op wiring), so a sweep can keep thousands of results.
+    import gc
+    import weakref
+
+    from sim import engine
+
+    graph = chain(50)
+    cluster = toy_cluster(2)
+    plan = Plan(graph, {op.name: f"d{i % 2}" for i, op in enumerate(graph)},
+                order_by_priority(graph, {op.name: f"d{i % 2}" for i, op in enumerate(graph)}))
+    runs: list[weakref.ref] = []
+    original = engine._Simulation.run
+
+    def spy(self) -> None:
+        runs.append(weakref.ref(self))
+        original(self)
+
+    engine._Simulation.run = spy
+    try:
+        result = simulate(plan, cluster, FixedCost(cluster))
+    finally:
+        engine._Simulation.run = original
+    gc.collect()
+    assert runs and runs[0]() is None
+    assert len(result.trace) == 50 + len(plan.transfers)

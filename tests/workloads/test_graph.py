@@ -78,3 +78,18 @@ def test_from_json_rejects_garbage() -> None:
         Graph.from_json("{nope")
     with pytest.raises(GraphError, match=r"format must be 'placelab\.graph'"):
         Graph.from_json('{"format": "other"}')
+
+
+def test_graph_arrays_are_read_only() -> None:
+    # Executors and policies share one GraphArrays per graph: a write would change their
+    # answers while the graph stays the same.
+    import numpy as np
+    import pytest
+
+    from workloads import build_model
+
+    arrays = build_model("mlp").arrays
+    for name in ("flops", "moved_bytes", "alloc_bytes", "edge_src", "tensor_bytes"):
+        with pytest.raises(ValueError, match="read-only"):
+            getattr(arrays, name)[0] = 0
+    assert isinstance(arrays.flops, np.ndarray)
