@@ -156,6 +156,15 @@ def _cmd_hw_register(args: argparse.Namespace) -> None:
     _emit(args, {"devices": devices, "clusters": clusters, "stored": str(stored)}, text)
 
 
+def _cmd_hw_remove(args: argparse.Namespace) -> None:
+    from hwmodels.registry import remove
+
+    path, devices, clusters = remove(args.name)
+    text = (f"removed devices: {', '.join(devices) or '-'}; clusters: "
+            f"{', '.join(clusters) or '-'}\ndeleted {path}")
+    _emit(args, {"devices": devices, "clusters": clusters, "removed": str(path)}, text)
+
+
 def _cmd_simulate(args: argparse.Namespace) -> None:
     from hwmodels.cost import make_cost_model
     from hwmodels.registry import get_cluster
@@ -303,6 +312,11 @@ def _add_hw_commands(sub: Any) -> None:
     p.add_argument("file")
     _add_json(p)
     p.set_defaults(func=_cmd_hw_register)
+    p = hsub.add_parser("remove", help="undo a registration: delete the user file that "
+                        "defines a device or cluster")
+    p.add_argument("name")
+    _add_json(p)
+    p.set_defaults(func=_cmd_hw_remove)
 
 
 def _add_run_commands(sub: Any) -> None:

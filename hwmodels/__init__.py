@@ -53,7 +53,8 @@ _WHERE = {
     "find_devices": "registry", "get_cluster": "registry", "get_device": "registry",
     "list_clusters": "registry", "list_devices": "registry", "load": "registry",
     "loads": "toml_io", "make_cost_model": "cost", "reduce_scatter_time": "collectives",
-    "register_cluster": "registry", "register_device": "registry", "register_file": "registry",
+    "register_cluster": "registry", "register_device": "registry",
+    "register_file": "registry", "remove": "registry",
     "ring_allreduce_time": "collectives", "source_of": "registry",
     "tree_allreduce_time": "collectives", "user_catalog_dir": "registry",
 }
@@ -62,7 +63,7 @@ __all__ = ["COST_MODELS", "CalibratedCost", "Cluster", "CostModel", "DEVICE_KIND
     "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost", "all_gather_time", "dump",
     "dumps", "find_devices", "get_cluster", "get_device", "list_clusters", "list_devices",
     "load", "loads", "make_cost_model", "reduce_scatter_time", "register_cluster",
-    "register_device", "register_file", "ring_allreduce_time", "source_of",
+    "register_device", "register_file", "remove", "ring_allreduce_time", "source_of",
     "tree_allreduce_time", "user_catalog_dir"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

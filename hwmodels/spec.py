@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -22,6 +23,9 @@ from workloads.errors import HardwareSpecError, UnsupportedOp
 __all__ = ["DEVICE_KINDS", "Cluster", "Device", "Efficiency", "Hop", "Link"]
 
 DEVICE_KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu", "npu", "fpga", "other")
+#: Beyond these a count can only be a mistake (and would exhaust the simulator's memory).
+MAX_STREAMS = 1024
+MAX_COPY_ENGINES = 64
 PEAK_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 COMPUTE_CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASSES if c != "source")
 
@@ -37,9 +41,10 @@ def _fail(owner: str, message: str) -> HardwareSpecError:
 
 def _check_positive(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
-    ok = ok and (value >= 0 if allow_zero else value > 0)
+    ok = ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
-        raise _fail(owner, f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value!r}")
+        raise _fail(owner, f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}"
+                           f", got {value!r}")
 
 
 def _check_efficiency(owner: str, op_class: str, value: Efficiency) -> Efficiency:
@@ -54,9 +59,9 @@ def _check_efficiency(owner: str, op_class: str, value: Efficiency) -> Efficienc
                            f"[[size_threshold, efficiency], ...], got {value!r}") from None
     thresholds = [t for t, _ in rows]
     if not rows or thresholds != sorted(set(thresholds)) or any(
-            not 0 < e <= 1 for _, e in rows):
-        raise _fail(owner, f"efficiency.{op_class} table must have increasing thresholds "
-                           f"and efficiencies in (0, 1], got {value!r}")
+            not 0 < e <= 1 or not math.isfinite(t) for t, e in rows):
+        raise _fail(owner, f"efficiency.{op_class} table must have finite increasing "
+                           f"thresholds and efficiencies in (0, 1], got {value!r}")
     return rows
 
 
@@ -99,10 +104,10 @@ class Device:
         _check_positive(owner, "memory_bytes", self.memory_bytes)
         _check_positive(owner, "memory_bandwidth", self.memory_bandwidth)
         _check_positive(owner, "launch_overhead_s", self.launch_overhead_s, allow_zero=True)
-        for name in ("compute_streams", "copy_engines"):
+        for name, most in (("compute_streams", MAX_STREAMS), ("copy_engines", MAX_COPY_ENGINES)):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise _fail(owner, f"{name} must be an int >= 1, got {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
+                raise _fail(owner, f"{name} must be an int in [1, {most}], got {value!r}")
         eff = {}
         for op_class, value in self.efficiency.items():
             if op_class not in COMPUTE_CLASSES:

@@ -10,31 +10,24 @@ defined in the same file or already registered.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import tomli_w
 
 from hwmodels.spec import Cluster, Device, Link
 from workloads.errors import HardwareSpecError
-from workloads.io import write_text_atomic
+from workloads.io import read_text, write_text_atomic
 
-__all__ = ["HardwareFile", "dump", "dumps", "load", "loads"]
+__all__ = ["HardwareFile", "build_clusters", "build_devices", "dump", "dumps", "load", "loads",
+           "parse"]
 
 GIB = 2**30
 GB = 1e9
 TERA = 1e12
 MICRO = 1e-6
-
-_DEVICE_KEYS = {"name", "kind", "description", "memory_gib", "memory_bandwidth_gbps",
-                "launch_overhead_us", "compute_streams", "copy_engines", "peak_tflops",
-                "efficiency"}
-_LINK_KEYS = {"name", "a", "b", "bandwidth_gbps", "latency_us", "duplex"}
-_SLOT_KEYS = {"name", "model", "host"}
-_CLUSTER_KEYS = {"name", "description", "switches", "device", "link"}
-
 
 @dataclass
 class HardwareFile:
@@ -44,100 +37,82 @@ class HardwareFile:
     clusters: dict[str, Cluster] = field(default_factory=dict)
 
 
-class _Reader:
-    """Reads one table, naming the file and entry in every error."""
-
-    def __init__(self, where: str, table: Any, allowed: set[str]) -> None:
-        self.where = where
-        if not isinstance(table, Mapping):
-            raise HardwareSpecError(f"{where}: expected a table, got {table!r}")
-        self.table = table
-        unknown = sorted(set(table) - allowed)
-        if unknown:
-            raise HardwareSpecError(f"{where}: unknown field {unknown[0]!r}; expected one "
-                                    f"of {', '.join(sorted(allowed))}")
-
-    def get(self, key: str, default: Any = ..., *, kind: type | tuple[type, ...] = object,
-            positive: bool = False, nonneg: bool = False) -> Any:
-        if key not in self.table:
-            if default is ...:
-                raise HardwareSpecError(f"{self.where}: missing field {key!r}")
-            return default
-        value: Any = self.table[key]
-        if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-            name = kind.__name__ if isinstance(kind, type) else "number"
-            raise HardwareSpecError(f"{self.where}: {key} must be a {name}, got {value!r}")
-        value = cast(Any, value)  # isinstance against a runtime ``kind`` narrows to object
-        if positive and not value > 0:
-            raise HardwareSpecError(f"{self.where}: {key} must be > 0, got {value!r}")
-        if nonneg and not value >= 0:
-            raise HardwareSpecError(f"{self.where}: {key} must be >= 0, got {value!r}")
-        return value
-
-
-_NUM = (int, float)
-
-
-def _spec_error(src: str, make: Callable[[], Any]) -> Any:
-    """Build a spec, prefixing its own validation errors with the file."""
+def _spec(where: str, make: Callable[[], Any]) -> Any:
+    """Build a spec, prefixing its own validation errors with where it is in the file."""
     try:
         return make()
     except HardwareSpecError as err:
-        raise HardwareSpecError(f"{src}: {err}") from err
+        raise HardwareSpecError(f"{where}: {err}") from err
 
 
-def _device(src: str, table: Any) -> Device:
-    name = table.get("name", "?") if isinstance(table, Mapping) else "?"
-    r = _Reader(f"{src}: device {name!r}", table, _DEVICE_KEYS)
-    peak = r.get("peak_tflops", kind=dict)
-    for dtype, value in peak.items():
-        if isinstance(value, bool) or not isinstance(value, _NUM) or value <= 0:
-            raise HardwareSpecError(f"{r.where}: peak_tflops.{dtype} must be > 0, "
-                                    f"got {value!r}")
-    fields = dict(
-        name=r.get("name", kind=str), kind=r.get("kind", kind=str),
-        description=r.get("description", "", kind=str),
-        peak={k: v * TERA for k, v in peak.items()},
-        memory_bytes=int(r.get("memory_gib", kind=_NUM, positive=True) * GIB),
-        memory_bandwidth=r.get("memory_bandwidth_gbps", kind=_NUM, positive=True) * GB,
-        launch_overhead_s=r.get("launch_overhead_us", 0.0, kind=_NUM, nonneg=True) * MICRO,
-        compute_streams=r.get("compute_streams", 1, kind=int),
-        copy_engines=r.get("copy_engines", 1, kind=int),
-        efficiency=r.get("efficiency", {}, kind=dict),
-    )
-    return _spec_error(src, lambda: Device(**fields))
+def _device(where: str, t: Any) -> Device:
+    return _spec(where, lambda: Device(
+        name=t.name, kind=t.kind, description=t.description,
+        peak={k: v * TERA for k, v in t.peak_tflops.items()},
+        memory_bytes=int(t.memory_gib * GIB), memory_bandwidth=t.memory_bandwidth_gbps * GB,
+        launch_overhead_s=t.launch_overhead_us * MICRO, compute_streams=t.compute_streams,
+        copy_engines=t.copy_engines,
+        efficiency={k: v if isinstance(v, float) else tuple(v)
+                    for k, v in t.efficiency.items()}))
 
 
-def _link(where: str, table: Any) -> Link:
-    r = _Reader(where, table, _LINK_KEYS)
-    fields = dict(
-        a=r.get("a", kind=str), b=r.get("b", kind=str), name=r.get("name", "", kind=str),
-        bandwidth=r.get("bandwidth_gbps", kind=_NUM, positive=True) * GB,
-        latency_s=r.get("latency_us", 0.0, kind=_NUM, nonneg=True) * MICRO,
-        duplex=r.get("duplex", "full", kind=str),
-    )
-    return _spec_error(where, lambda: Link(**fields))
+def _link(where: str, k: Any) -> Link:
+    return _spec(where, lambda: Link(a=k.a, b=k.b, name=k.name,
+                                     bandwidth=k.bandwidth_gbps * GB,
+                                     latency_s=k.latency_us * MICRO, duplex=k.duplex))
 
 
-def _cluster(src: str, table: Any, models: Callable[[str], Device]) -> Cluster:
-    name = table.get("name", "?") if isinstance(table, Mapping) else "?"
-    where = f"{src}: cluster {name!r}"
-    r = _Reader(where, table, _CLUSTER_KEYS)
+def _model(where: str, models: Callable[[str], Device], name: str) -> Device:
+    return _spec(where, lambda: models(name))
+
+
+def _cluster(where: str, t: Any, models: Callable[[str], Device]) -> Cluster:
     devices, hosts = [], {}
-    for i, slot in enumerate(r.get("device", kind=list)):
-        s = _Reader(f"{where}: device[{i}]", slot, _SLOT_KEYS)
-        model = models(s.get("model", kind=str))
-        devices.append(model.instance(s.get("name", kind=str)))
-        if "host" in slot:
-            hosts[devices[-1].name] = s.get("host", kind=str)
-    links = [_link(f"{where}: link[{i}]", t)
-             for i, t in enumerate(r.get("link", [], kind=list))]
-    fields = dict(
-        name=r.get("name", kind=str), description=r.get("description", "", kind=str),
-        devices=tuple(devices), links=tuple(links),
-        switches=tuple(r.get("switches", [], kind=list)), hosts=hosts,
-    )
-    return _spec_error(src, lambda: Cluster(**fields))
+    for i, slot in enumerate(t.device):
+        devices.append(_model(f"{where}.device[{i}]", models, slot.model).instance(slot.name))
+        if slot.host is not None:
+            hosts[slot.name] = slot.host
+    links = [_link(f"{where}.link[{i}]", k) for i, k in enumerate(t.link)]
+    return _spec(where, lambda: Cluster(
+        name=t.name, description=t.description, devices=tuple(devices), links=tuple(links),
+        switches=tuple(t.switches), hosts=hosts))
+
+
+def parse(text: str, *, source: str = "<string>") -> Any:
+    """Parse hardware TOML and check it against the schema (no specs are built yet)."""
+    from hwmodels.schema import HardwareDocument
+    from workloads.schema import validate
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise HardwareSpecError(f"{source}: expected TOML, got a parse error: {err}") from err
+    return validate(HardwareDocument, data, source=source, error=HardwareSpecError)
+
+
+def build_devices(doc: Any, source: str) -> dict[str, Device]:
+    """The devices of a parsed document, by name (a name used twice is an error)."""
+    out: dict[str, Device] = {}
+    for i, table in enumerate(doc.device):
+        device = _device(f"{source}: device[{i}] ({table.name!r})", table)
+        if device.name in out:
+            raise HardwareSpecError(f"{source}: device[{i}].name: expected a name not used "
+                                    f"before in the file, got {device.name!r} again")
+        out[device.name] = device
+    return out
+
+
+def build_clusters(doc: Any, source: str,
+                   resolve: Callable[[str], Device]) -> dict[str, Cluster]:
+    """The clusters of a parsed document; ``resolve`` finds a device model by name."""
+    out: dict[str, Cluster] = {}
+    for i, table in enumerate(doc.cluster):
+        cluster = _cluster(f"{source}: cluster[{i}] ({table.name!r})", table, resolve)
+        if cluster.name in out:
+            raise HardwareSpecError(f"{source}: cluster[{i}].name: expected a name not used "
+                                    f"before in the file, got {cluster.name!r} again")
+        out[cluster.name] = cluster
+    return out
 
 
 def loads(text: str, *, source: str = "<string>",
@@ -155,48 +130,24 @@ def loads(text: str, *, source: str = "<string>",
     >>> f.devices["toy"].memory_bytes == 16 * 2**30
     True
     """
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise HardwareSpecError(f"{source}: expected TOML, got a parse error: {err}") from err
-    unknown = sorted(set(data) - {"device", "cluster"})
-    if unknown:
-        raise HardwareSpecError(f"{source}: unknown table {unknown[0]!r}; expected "
-                                f"[[device]] or [[cluster]]")
-    out = HardwareFile()
-    for table in data.get("device", []):
-        device = _device(source, table)
-        if device.name in out.devices:
-            raise HardwareSpecError(f"{source}: device {device.name!r} is defined twice")
-        out.devices[device.name] = device
+    doc = parse(text, source=source)
+    devices = build_devices(doc, source)
 
     def resolve(model: str) -> Device:
-        if model in out.devices:
-            return out.devices[model]
+        if model in devices:
+            return devices[model]
         if known_models is None:
-            raise HardwareSpecError(f"{source}: unknown device model {model!r}")
-        try:
-            return known_models(model)
-        except HardwareSpecError as err:
-            raise HardwareSpecError(f"{source}: {err}") from err
+            raise HardwareSpecError(f"unknown device model {model!r}")
+        return known_models(model)
 
-    for table in data.get("cluster", []):
-        cluster = _cluster(source, table, resolve)
-        if cluster.name in out.clusters:
-            raise HardwareSpecError(f"{source}: cluster {cluster.name!r} is defined twice")
-        out.clusters[cluster.name] = cluster
-    return out
+    return HardwareFile(devices, build_clusters(doc, source, resolve))
 
 
 def load(path: str | Path, *,
          known_models: Callable[[str], Device] | None = None) -> HardwareFile:
     """Read a hardware TOML file (see :func:`loads`)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise HardwareSpecError(f"{path}: cannot read hardware file: {err.strerror}") from err
-    return loads(text, source=str(path), known_models=known_models)
+    return loads(read_text(path, HardwareSpecError, "hardware file"), source=str(path),
+                 known_models=known_models)
 
 
 def _num(value: float) -> float | int:

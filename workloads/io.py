@@ -7,10 +7,12 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workloads.errors import PlacelabError
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["write_bytes_atomic", "write_figure", "write_text_atomic"]
+__all__ = ["read_text", "write_bytes_atomic", "write_figure", "write_text_atomic"]
 
 
 def _file_mode() -> int:
@@ -69,3 +71,23 @@ def write_figure(fig: Figure, path: str | Path, *, dpi: int = 110) -> Path:
     buf = io.BytesIO()
     fig.savefig(buf, format=Path(path).suffix.lower().lstrip(".") or "png", dpi=dpi)
     return write_bytes_atomic(path, buf.getvalue())
+
+
+def read_text(path: str | Path, error: type[PlacelabError], what: str) -> str:
+    """The UTF-8 text of ``path``; an unreadable or non-UTF-8 file raises ``error`` with
+    one line naming the file (``what`` says what it was meant to be).
+
+    >>> read_text("/nonexistent.toml", PlacelabError, "hardware file")
+    Traceback (most recent call last):
+    ...
+    workloads.errors.PlacelabError: /nonexistent.toml: cannot read hardware file: No such ...
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise error(f"{path}: cannot read {what}: {err.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"{path}: expected UTF-8 text, got a byte {data[err.start]:#x} at "
+                    f"offset {err.start}") from None

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import random
+import numpy as np
 
-from workloads.graph import Graph, Op, Tensor
+from workloads.graph import Graph
+from workloads.op import Op, Tensor
 
 __all__ = ["layered_dag"]
 
@@ -20,17 +21,19 @@ def layered_dag(n_ops: int, *, width: int = 1000, window: int = 8, seed: int | N
     >>> len(g), sum(1 for _ in g.edges())
     (3000, 4000)
     """
-    rnd = random.Random(seed)
+    rng = np.random.default_rng(seed)
     width = max(1, min(width, n_ops))
     elements = 64 * 1024 // 4
+    shifts = rng.integers(1, window, size=n_ops, endpoint=True).tolist()
+    all_flops = rng.integers(10**6, 10**9, size=n_ops, endpoint=True).tolist()
     ops = []
     for i in range(n_ops):
         layer, j = divmod(i, width)
         inputs: tuple[str, ...] = ()
         if layer:
-            other = (j + rnd.randint(1, window)) % width
+            other = (j + shifts[i]) % width
             inputs = tuple(dict.fromkeys((f"n{i - width}", f"n{i - j - width + other}")))
-        flops = rnd.randint(10**6, 10**9)
+        flops = all_flops[i]
         ops.append(Op(f"n{i}", "synthetic", "matmul", inputs=inputs,
                       outputs=(Tensor(f"n{i}", (elements,), dtype),), flops=flops,
                       bytes_read=len(inputs) * 4 * elements, bytes_written=4 * elements))

@@ -5,6 +5,7 @@ import pytest
 from experiments import RESULT_COLUMNS, compare, read_results, write_results
 from hwmodels import Cluster, Device, Link, register_cluster
 from workloads import Graph, GraphBuilder, register_model
+from workloads.zoo import MODELS
 
 
 def _twin_branches(batch: int = 1, dtype: str = "fp32") -> Graph:
@@ -23,7 +24,10 @@ def test_compare_rows_and_speedup() -> None:
     register_cluster(Cluster("twin-box", (spec.instance("g0"), spec.instance("g1")),
                              (Link("g0", "g1", 1e15, 0.0),)))
     register_model("twin_branches", _twin_branches)
-    df = compare(["twin_branches"], ["twin-box"], ["single_device", "round_robin"])
+    try:
+        df = compare(["twin_branches"], ["twin-box"], ["single_device", "round_robin"])
+    finally:
+        MODELS.unregister("twin_branches")
     assert tuple(df.columns) == RESULT_COLUMNS
     speedup = df.set_index("policy")["speedup_vs_single_device"]
     assert speedup["single_device"] == 1.0

@@ -99,12 +99,14 @@ def test_hw_register_is_seen_by_later_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("edit", "message"), [
-    (("memory_gib = 64", "memory_gib = -4"), "device 'x-npu': memory_gib must be > 0, got -4"),
+    (("memory_gib = 64", "memory_gib = -4"),
+     "device[0].memory_gib: expected a number greater than 0, got -4"),
     (("bandwidth_gbps = 200, latency_us = 0.5", "bandwidth_gbps = 0, latency_us = 0.5"),
-     "link[2]: bandwidth_gbps must be > 0, got 0"),
+     "cluster[0].link[2].bandwidth_gbps: expected a number greater than 0, got 0"),
     (('b = "npu1", bandwidth', 'b = "npu9", bandwidth'), "joins 'npu9', which is not"),
     (("bf16 = 300", "bf17 = 300"), "peak dtype must be one of"),
-    (('kind = "npu"\n', ""), "device 'x-npu': missing field 'kind'"),
+    (('kind = "npu"\n', ""), "device[0].kind: expected a value (the field is required), got "
+                             "nothing"),
     (('model = "epyc-7763"', 'model = "epyc-9999"'), "unknown device 'epyc-9999'"),
 ])
 def test_hw_register_refuses_bad_files_and_stores_nothing(tmp_path: Path, edit,

@@ -55,11 +55,13 @@ def test_collective_bad_input() -> None:
 def test_duplicate_and_disconnected_in_a_file() -> None:
     dev = ('[[device]]\nname = "x"\nkind = "gpu"\nmemory_gib = 1\n'
            'memory_bandwidth_gbps = 1\npeak_tflops = { fp32 = 1 }\n')
-    with pytest.raises(HardwareSpecError, match=r"^f.toml: device 'x' is defined twice$"):
+    with pytest.raises(HardwareSpecError, match=r"^f.toml: device\[1\].name: expected a name "
+                                                r"not used before in the file, got 'x' again$"):
         loads(dev + dev, source="f.toml")
     two = dev + ('[[cluster]]\nname = "split"\ndevice = [{ name = "a", model = "x" }, '
                  '{ name = "b", model = "x" }]\n')
     with pytest.raises(HardwareSpecError,
-                       match=r"^f.toml: cluster 'split': must be connected, got separate"):
+                       match=r"^f.toml: cluster\[0\] \('split'\): cluster 'split': must be "
+                             r"connected, got separate"):
         loads(two, source="f.toml")
     assert isinstance(loads(dev), HardwareFile)

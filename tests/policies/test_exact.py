@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import itertools
-import random
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from hwmodels import Cluster, Device, Link, TableCost
@@ -16,12 +16,12 @@ from workloads import Graph, Op, Tensor
 
 def instance(n: int, seed: int, devices: int = 2) -> tuple[Graph, Cluster, TableCost]:
     """A random DAG with integer op times per device and per-edge transfer times."""
-    rnd = random.Random(seed)
+    rnd = np.random.default_rng(seed)
     ops, transfers = [], {}
     for i in range(n):
         preds = [j for j in range(i) if rnd.random() < 0.4]
         for j in preds:
-            transfers[f"o{j}->o{i}"] = float(rnd.randint(1, 6))
+            transfers[f"o{j}->o{i}"] = float(rnd.integers(1, 6, endpoint=True))
         outs = tuple(Tensor(f"o{i}->o{k}", (1,)) for k in range(n) if k > i)
         ops.append((i, preds, outs))
     consumed = set(transfers)
@@ -34,7 +34,8 @@ def instance(n: int, seed: int, devices: int = 2) -> tuple[Graph, Cluster, Table
     cluster = Cluster("pair", tuple(Device(d, "gpu", {"fp32": 1e12}, 2**30, 1e9)
                                     for d in names),
                       tuple(Link(a, b, 1e9) for a, b in itertools.combinations(names, 2)))
-    times = {f"o{i}": {d: float(rnd.randint(1, 9)) for d in names} for i in range(n)}
+    times = {f"o{i}": {d: float(rnd.integers(1, 9, endpoint=True)) for d in names}
+             for i in range(n)}
     return Graph("tiny", graph_ops), cluster, TableCost(cluster, times, transfers)
 
 

@@ -1,0 +1,67 @@
+"""The hardware TOML format, declared once (see :mod:`workloads.schema`).
+
+Units are in the key names; every number must be finite; counts and sizes have upper bounds
+beyond which a value can only be a mistake (or would overflow an int64 of bytes).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
+from workloads.schema import Schema
+
+__all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
+           "HardwareDocument", "LinkTable", "SlotTable"]
+
+#: Memory above this many GiB would overflow an int64 of bytes.
+MAX_MEMORY_GIB = 2**32
+
+Positive = Annotated[float, Field(gt=0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Name = Annotated[str, Field(min_length=1)]
+#: One row of an efficiency table: ``[size_threshold, efficiency]``.
+Pair = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class DeviceTable(Schema):
+    name: Name
+    kind: str
+    description: str = ""
+    memory_gib: Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB)]
+    memory_bandwidth_gbps: Positive
+    launch_overhead_us: NonNegative = 0.0
+    compute_streams: Annotated[int, Field(ge=1, le=MAX_STREAMS)] = 1
+    copy_engines: Annotated[int, Field(ge=1, le=MAX_COPY_ENGINES)] = 1
+    peak_tflops: Annotated[dict[str, Positive], Field(min_length=1)]
+    efficiency: dict[str, float | list[Pair]] = Field(default_factory=dict)
+
+
+class LinkTable(Schema):
+    name: str = ""
+    a: Name
+    b: Name
+    bandwidth_gbps: Positive
+    latency_us: NonNegative = 0.0
+    duplex: Literal["full", "half"] = "full"
+
+
+class SlotTable(Schema):
+    name: Name
+    model: Name
+    host: str | None = None
+
+
+class ClusterTable(Schema):
+    name: Name
+    description: str = ""
+    switches: list[str] = Field(default_factory=list)
+    device: Annotated[list[SlotTable], Field(min_length=1)]
+    link: list[LinkTable] = Field(default_factory=list)
+
+
+class HardwareDocument(Schema):
+    device: list[DeviceTable] = Field(default_factory=list)
+    cluster: list[ClusterTable] = Field(default_factory=list)
