@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sim.options import ORDERS
 from workloads.errors import PlacelabError
+from workloads.io import STDOUT
 from workloads.training import OPTIMIZERS
 
 if TYPE_CHECKING:
@@ -35,17 +37,55 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
-    print(json.dumps(data, default=_json_default) if args.json else text)
+    print(dumps_json(data) if args.json else text)
 
 
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):  # numpy scalars
-        return value.item()
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+def dumps_json(data: Any) -> str:
+    """Strict JSON: numpy scalars as numbers, NaN and infinity as null (every row that
+    lacks a number says why in its ``reason``)."""
+    return json.dumps(_finite(data), allow_nan=False)
 
 
-def _split(value: str) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()]
+def _finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _split(value: str, what: str = "value") -> list[str]:
+    """A comma-separated list of names: none empty, none twice."""
+    names = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not n for n in names):
+        raise PlacelabError(f"--{what}: expected comma-separated names, got {value!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PlacelabError(f"--{what}: expected each name once, got {twice[0]!r} twice")
+    return names
+
+
+_FIGURE = (".png", ".svg", ".pdf")
+#: Output files by command and option, checked before any work starts.
+_FORMATS = {"compare": {"plot": _FIGURE, "out": (".parquet", ".csv")},
+            "simulate": {"gantt": _FIGURE, "trace": (".json",)},
+            "model": {"save": (".json",)}}
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    for option, suffixes in _FORMATS.get(args.command, {}).items():
+        path = getattr(args, option, None)
+        if not path or (path == STDOUT and option in ("trace", "save")):
+            continue
+        if path == STDOUT and args.json:
+            raise PlacelabError(f"--{option} -: standard output already carries --json")
+        if path != STDOUT and Path(path).suffix.lower() not in suffixes:
+            raise PlacelabError(f"--{option} {path}: expected a file ending in "
+                                f"{', '.join(suffixes)}, got {Path(path).suffix or 'none'!r}")
 
 
 # -- commands -------------------------------------------------------------------------------
@@ -71,19 +111,13 @@ def _load_graph(args: argparse.Namespace) -> Graph:
     from workloads.zoo import build_model
 
     if getattr(args, "graph", None):
-        path = Path(args.graph)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as err:
-            raise PlacelabError(f"graph file {str(path)!r}: cannot read it: "
-                                f"{err.strerror}") from err
-        graph = Graph.from_json(text)
+        graph = Graph.load(args.graph)
     else:
         graph = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
     if args.train:
         graph = training_graph(graph, args.optimizer)
     if getattr(args, "passes", None):
-        graph, _ = PassManager(_split(args.passes)).run(graph)
+        graph, _ = PassManager(_split(args.passes, "passes")).run(graph)
     return graph
 
 
@@ -210,10 +244,10 @@ def _cmd_compare(args: argparse.Namespace) -> None:
     from experiments.comparison import compare
     from experiments.results import format_table, plot_compare, write_results
 
-    policies = "all" if args.policies == "all" else _split(args.policies)
-    df = compare(_split(args.model), _split(args.cluster), policies, batch=args.batch,
-                 cost=args.cost, train=args.train, optimizer=args.optimizer,
-                 passes=_split(args.passes) if args.passes else ())
+    policies = "all" if args.policies == "all" else _split(args.policies, "policies")
+    df = compare(_split(args.model, "model"), _split(args.cluster, "cluster"), policies,
+                 batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
+                 passes=_split(args.passes, "passes") if args.passes else ())
     if args.out:
         write_results(df, args.out)
     if args.plot:
@@ -230,7 +264,7 @@ def _cmd_demo(args: argparse.Namespace) -> None:
 
     report = run_demo(Path(args.out), echo=None if args.json else print)
     if args.json:
-        print(json.dumps(report, default=_json_default))
+        print(dumps_json(report))
 
 
 # -- parser ---------------------------------------------------------------------------------
@@ -362,11 +396,15 @@ def _one_line_warning(message: Warning | str, category: type[Warning], filename:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``placelab`` console script."""
     warnings.showwarning = _one_line_warning
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
+        _check_outputs(args)
         args.func(args)
+    except KeyboardInterrupt:
+        sys.stderr.write("placelab: interrupted\n")
+        return 130
     except PlacelabError as err:
-        sys.stderr.write(f"placelab: error: {err}\n")
+        sys.stderr.write(f"placelab: error: {' '.join(str(err).splitlines())}\n")
         return 2
     except OSError as err:
         where = f" {err.filename!r}" if err.filename else ""

@@ -26,6 +26,7 @@ RESULT_COLUMNS: tuple[str, ...] = (
     "makespan_over_bound",
     "feasible", "reason", "placement_s", "simulation_s", "transfer_bytes",
     "peak_memory_bytes", "devices_used", "mean_utilization", "speedup_vs_single_device",
+    "solver_status", "solver_gap",
 )
 
 
@@ -49,7 +50,7 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
                 "makespan_over_bound": float("nan"), "feasible": False, "reason": str(err),
                 "placement_s": float("nan"), "simulation_s": float("nan"),
                 "transfer_bytes": 0, "peak_memory_bytes": 0, "devices_used": 0,
-                "mean_utilization": float("nan")}
+                "mean_utilization": float("nan"), "solver_status": None, "solver_gap": None}
     start = time.perf_counter()
     result = simulate(p, cluster, cost_model)
     elapsed = time.perf_counter() - start
@@ -66,6 +67,7 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
         "peak_memory_bytes": max(result.peak_memory_bytes.values()),
         "devices_used": len(used),
         "mean_utilization": sum(result.utilization[d] for d in used) / len(used),
+        "solver_status": p.info.get("status"), "solver_gap": p.info.get("mip_gap"),
     }
 
 
@@ -85,6 +87,8 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
     """
     clusters = [clusters] if isinstance(clusters, str) else list(clusters)
     names = POLICIES.names() if policies == "all" else list(policies)
+    for what, items in (("models", models), ("clusters", clusters), ("policies", names)):
+        _check_names(what, items)
     for name in names:
         POLICIES.get(name)
     rows = []
@@ -99,8 +103,18 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
             for policy in names:
                 rows.append(run_one(graph, cluster, policy, cost=cost, batch=batch))
     df = pd.DataFrame(rows)
-    base = df[df["policy"] == "single_device"].set_index(["model", "cluster"])["makespan_s"]
-    keys = list(zip(df["model"], df["cluster"], strict=True))
-    df["speedup_vs_single_device"] = [
-        base.get(k, float("nan")) / m for k, m in zip(keys, df["makespan_s"], strict=True)]
+    keys = list(zip(df["model"], df["step"], df["cluster"], strict=True))
+    base = {k: m for k, p, m in zip(keys, df["policy"], df["makespan_s"], strict=True)
+            if p == "single_device"}
+    df["speedup_vs_single_device"] = [base.get(k, float("nan")) / m
+                                      for k, m in zip(keys, df["makespan_s"], strict=True)]
     return df[list(RESULT_COLUMNS)]
+
+
+def _check_names(what: str, names: Sequence[str]) -> None:
+    """A list of names to compare: not empty, no name twice (rows would collide)."""
+    if not names:
+        raise PlacementError(f"compare: {what} must name at least one, got none")
+    twice = sorted({n for n in names if list(names).count(n) > 1})
+    if twice:
+        raise PlacementError(f"compare: {what} must name each once, got {twice[0]!r} twice")

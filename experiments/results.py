@@ -45,6 +45,13 @@ def format_table(df: pd.DataFrame) -> str:
         "peak_mem_GB": (df["peak_memory_bytes"] / 1e9).round(2),
         "place_ms": (df["placement_s"] * 1e3).round(1),
     })
+    if "solver_status" in df and df["solver_status"].notna().any():
+        view["solver"] = [f"{s} (gap {g:.1%})" if isinstance(s, str) else ""
+                          for s, g in zip(df["solver_status"], df["solver_gap"].fillna(0.0),
+                                          strict=True)]
+    if (~df["feasible"]).any():
+        view["reason"] = [r if not f else "" for r, f in zip(df["reason"], df["feasible"],
+                                                              strict=True)]
     return view.to_string(index=False)
 
 

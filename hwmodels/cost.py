@@ -11,6 +11,7 @@ never schedules. Models register by name (entry point group ``placelab.cost_mode
 
 from __future__ import annotations
 
+import math
 import tomllib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -240,22 +241,33 @@ class TableCost(CostModel):
         for op, row in self.table.items():
             for device, seconds in row.items():
                 cluster.device(device)
-                if not isinstance(seconds, int | float) or seconds < 0:
-                    raise HardwareSpecError(f"table: op_time_s.{op}.{device} must be >= 0, "
-                                            f"got {seconds!r}")
+                if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+                    raise HardwareSpecError(f"table: op_time_s.{op}.{device} must be a "
+                                            f"finite number >= 0, got {seconds!r}")
+        for tensor, seconds in self.transfers.items():
+            if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+                raise HardwareSpecError(f"table: transfer_time_s.{tensor} must be a finite "
+                                        f"number >= 0, got {seconds!r}")
 
     @classmethod
     def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
         """Read the TOML form (see the class docstring)."""
+        from hwmodels.schema import CostTableDocument
+        from workloads.io import read_text
+        from workloads.schema import validate
+
         if file is None:
             raise HardwareSpecError("cost model table: needs a table file, got none")
+        text = read_text(file, HardwareSpecError, "cost table")
         try:
-            data: dict[str, Any] = tomllib.loads(Path(file).read_text(encoding="utf-8"))
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise HardwareSpecError(f"{file}: cannot read cost table: {err}") from err
-        if "op_time_s" not in data:
-            raise HardwareSpecError(f"{file}: missing table [op_time_s]")
-        return cls(cluster, data["op_time_s"], data.get("transfer_time_s", {}))
+            data: dict[str, Any] = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise HardwareSpecError(f"{file}: expected TOML, got a parse error: {err}") from err
+        doc = validate(CostTableDocument, data, source=str(file), error=HardwareSpecError)
+        try:
+            return cls(cluster, doc.op_time_s, doc.transfer_time_s)
+        except HardwareSpecError as err:
+            raise HardwareSpecError(f"{file}: {err}") from None
 
     def op_time(self, op: Op, device: str) -> float:
         try:

@@ -14,7 +14,7 @@ from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
 from workloads.schema import Schema
 
 __all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
-           "HardwareDocument", "LinkTable", "SlotTable"]
+           "CostTableDocument", "HardwareDocument", "LinkTable", "SlotTable"]
 
 #: Memory above this many GiB would overflow an int64 of bytes.
 MAX_MEMORY_GIB = 2**32
@@ -65,3 +65,10 @@ class ClusterTable(Schema):
 class HardwareDocument(Schema):
     device: list[DeviceTable] = Field(default_factory=list)
     cluster: list[ClusterTable] = Field(default_factory=list)
+
+
+class CostTableDocument(Schema):
+    """The ``table`` cost model's file: seconds per op and device, per tensor crossing."""
+
+    op_time_s: dict[str, dict[str, NonNegative]]
+    transfer_time_s: dict[str, NonNegative] = Field(default_factory=dict)

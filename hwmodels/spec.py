@@ -7,10 +7,12 @@ units with the unit in the key name; :mod:`hwmodels.toml_io` converts.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
+import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +35,15 @@ COMPUTE_CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASSES if c != "source")
 #: the largest threshold not above the op's size applies (size = FLOPs for compute-bound
 #: classes, bytes otherwise).
 Efficiency = float | tuple[tuple[float, float], ...]
+
+
+def _plain(value: Any) -> Any:
+    """Mappings and tuples as dicts and lists (JSON values), recursively."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _fail(owner: str, message: str) -> HardwareSpecError:
@@ -306,6 +317,23 @@ class Cluster:
     def latency(self, src: str, dst: str) -> float:
         """Sum of link latencies (seconds) from ``src`` to ``dst``."""
         return sum(h.link.latency_s for h in self.route(src, dst))
+
+    @cached_property
+    def definition_hash(self) -> str:
+        """SHA-256 of the cluster's definition (devices with every figure, links, switches,
+        hosts): a plan or cost model made for another definition, even of the same name,
+        is told apart by it."""
+        return hashlib.sha256(json.dumps(self.definition(), sort_keys=True).encode()).hexdigest()
+
+    def definition(self) -> dict[str, Any]:
+        """Everything that defines the cluster, as JSON values."""
+        def device(d: Device) -> dict[str, Any]:
+            return {f.name: _plain(getattr(d, f.name)) for f in fields(d)
+                    if f.name != "description"}
+
+        return {"name": self.name, "devices": [device(d) for d in self.devices],
+                "links": [{f.name: getattr(k, f.name) for f in fields(k)} for k in self.links],
+                "switches": list(self.switches), "hosts": dict(self.hosts)}
 
     def slowest_link(self, src: str, dst: str) -> Link | None:
         hops = self.route(src, dst)

@@ -20,7 +20,7 @@ from workloads.graph import Graph
 from workloads.registry import Registry
 
 __all__ = ["POLICIES", "PlacementPolicy", "Seed", "check_number", "check_seed", "make_policy",
-           "make_rng", "plan", "register_policy", "seed_int"]
+           "make_rng", "plan", "register_policy", "seed_int", "check_cost_binding"]
 
 
 class PlacementPolicy(ABC):
@@ -151,6 +151,14 @@ def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
                                      f"{err}") from err
 
 
+def check_cost_binding(cost: CostModel, cluster: Cluster, who: str) -> None:
+    """A cost model bound to another cluster definition would quietly use its speeds."""
+    if cost.cluster is not cluster and \
+            cost.cluster.definition_hash != cluster.definition_hash:
+        raise PlacementError(f"{who}: cost model is bound to cluster {cost.cluster.name!r}, "
+                             f"expected one bound to {cluster.name!r}")
+
+
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
          cost: CostModel | str = "roofline") -> Plan:
     """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
@@ -163,9 +171,9 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     """
     policy = make_policy(policy) if isinstance(policy, str) else policy
     cost = make_cost_model(cost, cluster) if isinstance(cost, str) else cost
-    if cost.cluster is not cluster and cost.cluster != cluster:
-        raise PlacementError(f"plan: cost model is bound to cluster {cost.cluster.name!r}, "
-                             f"expected {cluster.name!r}")
+    if not len(graph):
+        raise PlacementError(f"plan: graph {graph.name!r}: expected at least one op, got none")
+    check_cost_binding(cost, cluster, "plan")
     start = time.perf_counter()
     proposal = policy.place(graph, cluster, cost)
     elapsed = time.perf_counter() - start
@@ -178,5 +186,6 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     _check_runnable(graph, cluster, cost, proposal.devices, policy.name)
     result = Plan(graph, proposal.devices, order, policy=policy.name,
                   priority=proposal.priority, placement_s=elapsed,
-                  estimated_makespan_s=proposal.estimated_makespan_s, info=proposal.info)
+                  estimated_makespan_s=proposal.estimated_makespan_s, info=proposal.info,
+                  cluster=cluster.name, cluster_hash=cluster.definition_hash)
     return result.validate(cluster)

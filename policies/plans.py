@@ -12,6 +12,7 @@ import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import networkx as nx
@@ -99,8 +100,12 @@ class Plan:
                  priority: Mapping[str, float] | None = None,
                  placement_s: float = 0.0,
                  estimated_makespan_s: float | None = None,
-                 info: Mapping[str, Any] | None = None) -> None:
+                 info: Mapping[str, Any] | None = None, cluster: str = "",
+                 cluster_hash: str = "") -> None:
         self.graph = graph
+        #: The cluster the plan was made for, by name and definition hash (empty: any
+        #: cluster that has the plan's devices).
+        self.cluster, self.cluster_hash = cluster, cluster_hash
         self.placement: dict[str, str] = {op.name: placement.get(op.name, "") for op in graph}
         self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
         self.policy = policy
@@ -163,7 +168,13 @@ class Plan:
                 f"through {', '.join(repr(c) for c in cycle)}")
 
     def validate(self, cluster: Cluster) -> Plan:
-        """Check every device of the plan exists in ``cluster``; return the plan."""
+        """Check the plan was made for ``cluster`` (its definition hash, when the plan
+        records one) and every device of the plan exists in it; return the plan."""
+        if self.cluster_hash and self.cluster_hash != cluster.definition_hash:
+            raise PlacementError(
+                f"plan: made for cluster {self.cluster!r} (definition "
+                f"{self.cluster_hash[:12]}), expected one for cluster {cluster.name!r} "
+                f"(definition {cluster.definition_hash[:12]})")
         names = set(cluster.device_names)
         for name, device in self.placement.items():
             if device not in names:
@@ -228,6 +239,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT, "version": VERSION, "policy": self.policy,
+            "cluster": self.cluster, "cluster_hash": self.cluster_hash,
             "placement_s": self.placement_s,
             "estimated_makespan_s": self.estimated_makespan_s, "info": self.info,
             "graph": self.graph.to_dict(),
@@ -236,22 +248,38 @@ class Plan:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
-        if data.get("format") != FORMAT or data.get("version") != VERSION:
-            raise PlacementError(f"plan: format must be {FORMAT!r} version {VERSION}, got "
-                                 f"{data.get('format')!r} version {data.get('version')!r}")
-        return cls(Graph.from_dict(data["graph"]), data["placement"], data["order"],
-                   policy=data.get("policy", ""), priority=data.get("priority") or None,
-                   placement_s=data.get("placement_s", 0.0),
-                   estimated_makespan_s=data.get("estimated_makespan_s"),
-                   info=data.get("info"))
+    def from_dict(cls, data: Any, *, source: str = "plan") -> Plan:
+        """A plan from its parsed JSON form, checked against the plan schema."""
+        from policies.formats import PlanDocument
+        from workloads.errors import GraphError
+        from workloads.schema import validate
+
+        doc = validate(PlanDocument, data, source=source, error=PlacementError)
+        try:
+            graph = Graph.from_dict(data["graph"], source=f"{source}: graph")
+        except GraphError as err:
+            raise PlacementError(str(err)) from None
+        try:
+            return cls(graph, doc.placement, doc.order, policy=doc.policy,
+                       priority=doc.priority or None, placement_s=doc.placement_s,
+                       estimated_makespan_s=doc.estimated_makespan_s, info=doc.info,
+                       cluster=doc.cluster, cluster_hash=doc.cluster_hash)
+        except PlacementError as err:
+            raise PlacementError(f"{source}: {err}") from None
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> Plan:
-        try:
-            return cls.from_dict(json.loads(text))
-        except json.JSONDecodeError as err:
-            raise PlacementError(f"plan: expected JSON, got a parse error: {err}") from err
+    def from_json(cls, text: str | bytes, *, source: str = "plan") -> Plan:
+        from workloads.schema import load_json
+
+        return cls.from_dict(load_json(text, source=source, error=PlacementError),
+                             source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        """Read a plan JSON file (:meth:`to_json`'s output)."""
+        from workloads.io import read_text
+
+        return cls.from_json(read_text(path, PlacementError, "plan file"), source=str(path))

@@ -39,6 +39,7 @@ from simpy.events import NORMAL, Event
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
+from policies.base import check_cost_binding
 from policies.plans import Plan
 from sim.options import ORDERS
 from sim.result import SimResult, TraceColumns
@@ -405,6 +406,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
         raise PlacementError(f"simulate: order must be one of {', '.join(ORDERS)}, "
                              f"got {order!r}")
     plan.validate(cluster)
+    check_cost_binding(cost, cluster, "simulate")
     with _gc_paused():
         run = (_Simulation if order == "plan" else _PrioritySimulation)(plan, cluster, cost)
         run.run()

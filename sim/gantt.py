@@ -36,9 +36,14 @@ def plot_gantt(trace: pd.DataFrame, path: str | Path, *, title: str = "") -> Pat
         ax.broken_barh(lanes[lane], (row - 0.4, 0.8), facecolors=_COLOURS[kinds[lane]],
                        edgecolor="black", linewidth=0.2)
     ax.set_yticks(range(len(order)))
-    ax.set_yticklabels(order, fontsize="small")
+    ax.set_yticklabels([_literal(lane) for lane in order], fontsize="small")
     ax.invert_yaxis()
     ax.set_xlabel("time (ms)")
-    ax.set_title(title or "Simulated schedule (blue: compute, orange: transfer)")
+    ax.set_title(_literal(title) or "Simulated schedule (blue: compute, orange: transfer)")
     fig.tight_layout()
     return write_figure(fig, path)
+
+
+def _literal(text: str) -> str:
+    """Text shown as written: matplotlib would read ``$...$`` in a name as mathtext."""
+    return text.replace("$", r"\$")

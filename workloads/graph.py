@@ -6,10 +6,12 @@ device: hardware models turn them into times.
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -243,25 +245,41 @@ class Graph:
                 "outputs": list(self._outputs)}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Graph:
-        if data.get("format") != FORMAT:
-            raise GraphError(
-                f"graph: format must be {FORMAT!r}, got {data.get('format')!r}"
-            )
-        if data.get("version") != VERSION:
-            raise GraphError(f"graph: version must be {VERSION}, got {data.get('version')!r}")
-        return cls(data.get("name", "graph"), (Op.from_dict(o) for o in data["ops"]),
-                   data.get("outputs"))
+    def from_dict(cls, data: Any, *, source: str = "graph") -> Graph:
+        """A graph from its parsed JSON form, checked against the graph schema; an error is
+        one line naming ``source``, the path inside it, the expectation and the value."""
+        from workloads.formats import GraphDocument
+        from workloads.schema import validate
+
+        doc = validate(GraphDocument, data, source=source, error=GraphError)
+        ops = []
+        for i, o in enumerate(doc.ops):
+            try:
+                ops.append(Op(
+                    name=o.name, kind=o.kind, op_class=o.op_class, inputs=tuple(o.inputs),
+                    outputs=tuple(Tensor(t.name, tuple(t.shape), t.dtype) for t in o.outputs),
+                    attrs=o.attrs, flops=o.flops, bytes_read=o.bytes_read,
+                    bytes_written=o.bytes_written, params=o.params, param_bytes=o.param_bytes,
+                    workspace_bytes=o.workspace_bytes))
+            except GraphError as err:
+                raise GraphError(f"{source}: ops[{i}]: {err}") from None
+        try:
+            return cls(doc.name, ops, doc.outputs)
+        except GraphError as err:
+            raise GraphError(f"{source}: {err}") from None
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> Graph:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise GraphError(f"graph: expected JSON, got a parse error: {err}") from err
-        if not isinstance(data, dict):
-            raise GraphError(f"graph: expected a JSON object, got {type(data).__name__}")
-        return cls.from_dict(data)
+    def from_json(cls, text: str | builtins.bytes, *, source: str = "graph") -> Graph:
+        from workloads.schema import load_json
+
+        return cls.from_dict(load_json(text, source=source, error=GraphError), source=source)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Graph:
+        """Read a graph JSON file (:meth:`to_json`'s output)."""
+        from workloads.io import read_text
+
+        return cls.from_json(read_text(path, GraphError, "graph file"), source=str(path))

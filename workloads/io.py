@@ -1,8 +1,12 @@
-"""Atomic file writes: a reader sees the old file or the new one, never half of one."""
+"""Reading and writing files: atomic writes (a reader sees the old file or the new one,
+never half of one) and reads whose errors are one line."""
 
 from __future__ import annotations
 
+import glob
 import os
+import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,7 +16,7 @@ from workloads.errors import PlacelabError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["read_text", "write_bytes_atomic", "write_figure", "write_text_atomic"]
+__all__ = ["STDOUT", "read_text", "write_bytes_atomic", "write_figure", "write_text_atomic"]
 
 
 def _file_mode() -> int:
@@ -24,25 +28,66 @@ def _file_mode() -> int:
 
 _MODE = _file_mode()
 
+#: Writing to this path writes to standard output.
+STDOUT = "-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def _clean_stale(path: Path) -> None:
+    """Remove temporary files an interrupted writer of ``path`` left (their process is
+    gone); a live writer's are kept."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        parts = tmp.name[len(path.name) + 2:].split(".")
+        if parts and parts[0].isdigit() and not _pid_alive(int(parts[0])):
+            tmp.unlink(missing_ok=True)
+
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder.
+    """Write ``data`` to ``path`` so that a reader sees the old file or the new one.
+
+    A regular file (or a new one) is replaced through a temporary file in the same folder,
+    keeping the mode of the file it replaces; a symbolic link keeps pointing where it
+    pointed and its target is replaced; a FIFO or a device is written through, as a shell
+    redirection would; ``-`` is standard output. Temporary files that interrupted writers
+    of the same path left behind are removed.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.txt"
     >>> write_bytes_atomic(p, b"hi").read_bytes()
     b'hi'
     """
+    if str(path) == STDOUT:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return Path(STDOUT)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    target = path.resolve() if path.is_symlink() else path
+    if target.exists() and not target.is_file():
+        with open(target, "wb") as f:  # a FIFO, a terminal, /dev/null: no rename possible
+            f.write(data)
+        return path
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else _MODE
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _clean_stale(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",
+                               dir=target.parent)
     try:
-        os.chmod(tmp, _MODE)
+        os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

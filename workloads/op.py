@@ -45,7 +45,11 @@ class Tensor:
             raise GraphError(
                 f"tensor {self.name!r}: shape must be positive integers, got {self.shape}"
             )
-        object.__setattr__(self, "nbytes", math.prod(self.shape) * dtype_bytes(self.dtype))
+        nbytes = math.prod(self.shape) * dtype_bytes(self.dtype)
+        if nbytes > INT64_MAX:
+            raise GraphError(f"tensor {self.name!r}: size must fit in an int64 of bytes, got "
+                             f"shape {self.shape} ({nbytes} bytes)")
+        object.__setattr__(self, "nbytes", nbytes)
 
     @property
     def numel(self) -> int:
@@ -58,6 +62,9 @@ class Tensor:
     def from_dict(cls, data: Mapping[str, Any]) -> Tensor:
         return cls(data["name"], tuple(data["shape"]), data.get("dtype", "fp32"))
 
+
+#: The largest integer an int64 holds: a larger size or count can only be a mistake.
+INT64_MAX = 2**63 - 1
 
 _COST_FIELDS = ("flops", "bytes_read", "bytes_written", "params", "param_bytes",
                 "workspace_bytes")
@@ -107,8 +114,11 @@ class Op:
             )
         for name in _COST_FIELDS:
             value = getattr(self, name)
-            if not isinstance(value, int | float) or value < 0:
-                raise GraphError(f"op {self.name!r}: {name} must be >= 0, got {value!r}")
+            if (not isinstance(value, int | float) or isinstance(value, bool)
+                    or not 0 <= value <= INT64_MAX):  # NaN fails the comparison too
+                raise GraphError(f"op {self.name!r}: {name} must be a finite number in "
+                                 f"[0, 2**63), got {value!r}")
+            object.__setattr__(self, name, int(value))  # counts: FLOPs and bytes are whole
 
     @property
     def output(self) -> Tensor:

@@ -22,12 +22,11 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from workloads.errors import PlacelabError
+from workloads.op import INT64_MAX
 
 __all__ = ["INT64_MAX", "MAX_DEPTH", "Schema", "check_depth", "describe_path", "load_json",
            "validate"]
 
-#: The largest integer an int64 holds: sizes and FLOPs beyond it can only be mistakes.
-INT64_MAX = 2**63 - 1
 #: Nesting deeper than this in a data file can only be a mistake (or an attack).
 MAX_DEPTH = 64
 

@@ -113,7 +113,7 @@ def test_simulate_from_a_graph_file(capsys, tmp_path) -> None:
     path.write_text("{broken")
     code, _, err = run(capsys, "simulate", "--graph", str(path), "--cluster", "workstation",
                        "--policy", "heft")
-    assert code == 2 and "graph: expected JSON" in err
+    assert code == 2 and "g.json: expected JSON, got a parse error" in err
 
 
 def test_compare_all_writes_parquet_and_png(capsys, tmp_path) -> None:
@@ -155,7 +155,7 @@ def test_model_import_json_and_bad_file(capsys, tmp_path) -> None:
     bad = tmp_path / "x.onnx"
     bad.write_text("nope")
     code, _, err = run(capsys, "model", "import", str(bad))
-    assert code == 2 and "expected an ONNX model" in err and len(err.splitlines()) == 1
+    assert code == 2 and "expected a valid ONNX model" in err and len(err.splitlines()) == 1
 
 
 def test_model_show_train(capsys) -> None:

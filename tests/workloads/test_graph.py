@@ -58,8 +58,13 @@ def test_missing_producer_and_duplicates_are_rejected() -> None:
 def test_bad_fields_name_the_op_and_value() -> None:
     with pytest.raises(GraphError, match=r"op 'a': op_class must be one of .* got 'gemm'"):
         Op("a", "matmul", "gemm")
-    with pytest.raises(GraphError, match=r"op 'a': flops must be >= 0, got -1"):
+    with pytest.raises(GraphError, match=r"op 'a': flops must be a finite number in "
+                                         r"\[0, 2\*\*63\), got -1"):
         Op("a", "relu", "elementwise", flops=-1)
+    with pytest.raises(GraphError, match=r"op 'a': bytes_read must be .* got nan"):
+        Op("a", "relu", "elementwise", bytes_read=float("nan"))
+    with pytest.raises(GraphError, match=r"tensor 't': size must fit in an int64 of bytes"):
+        Tensor("t", (10**12, 10**12))
     with pytest.raises(GraphError, match=r"tensor 't': shape must be positive integers"):
         Tensor("t", (2, 0))
     with pytest.raises(GraphError, match=r"dtype must be one of .* got 'fp13'"):
@@ -76,7 +81,8 @@ def test_networkx_view_carries_edge_bytes() -> None:
 def test_from_json_rejects_garbage() -> None:
     with pytest.raises(GraphError, match="expected JSON"):
         Graph.from_json("{nope")
-    with pytest.raises(GraphError, match=r"format must be 'placelab\.graph'"):
+    with pytest.raises(GraphError, match=r"graph: format: expected one of 'placelab\.graph', "
+                                         r"got 'other'"):
         Graph.from_json('{"format": "other"}')
 
 

@@ -64,10 +64,41 @@ def test_malformed_onnx_file_is_a_graph_error(tmp_path: Path) -> None:
 
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"this is not a protobuf")
-    with pytest.raises(GraphError, match=r"bad.onnx: expected an ONNX model, got"):
+    with pytest.raises(GraphError, match=r"bad.onnx: expected a valid ONNX model, got "
+                                         r"DecodeError"):
         import_onnx(bad)
-    with pytest.raises(GraphError, match="no such file"):
+    with pytest.raises(GraphError, match="No such file or directory"):
         import_onnx(tmp_path / "absent.onnx")
+
+
+def test_empty_and_inconsistent_onnx_models_are_refused(tmp_path: Path) -> None:
+    # A 0-byte file parses as an empty model; a MatMul of (2, 3) by (4, 5) is inconsistent.
+    import onnx
+    from onnx import TensorProto, helper
+
+    from workloads.importers import import_onnx
+
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(GraphError, match=r"empty.onnx: expected an ONNX model, got an empty "
+                                         r"file"):
+        import_onnx(empty)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])], "bad",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, None)])
+    bad = tmp_path / "matmul.onnx"
+    onnx.save(helper.make_model(graph), str(bad))
+    with pytest.raises(GraphError, match=r"matmul.onnx: expected a valid ONNX model, got "
+                                         r"(InferenceError|ValidationError)"):
+        import_onnx(bad)
+    nodes = helper.make_graph([], "none", [], [])
+    no_nodes = tmp_path / "none.onnx"
+    onnx.save(helper.make_model(nodes), str(no_nodes))
+    with pytest.raises(GraphError, match=r"none.onnx: expected an ONNX model with at least "
+                                         r"one node, got none"):
+        import_onnx(no_nodes)
 
 
 def test_torch_modules_import() -> None:

@@ -112,13 +112,24 @@ def _load(path: str | Path) -> Any:
         raise GraphError("ONNX import needs the onnx package: pip install "
                          "'placelab[onnx]'") from err
     try:
-        model = onnx.load(str(path))
-        return onnx.shape_inference.infer_shapes(model)
-    except FileNotFoundError as err:
-        raise GraphError(f"{path}: cannot read ONNX file: no such file") from err
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise GraphError(f"{path}: cannot read ONNX file: {err.strerror}") from None
+    if not data:
+        raise GraphError(f"{path}: expected an ONNX model, got an empty file")
+    try:
+        model = onnx.load_from_string(data)
+        # The checker with full shape inference refuses inconsistent models (a MatMul of
+        # incompatible shapes), which would otherwise import as wrong numbers.
+        onnx.checker.check_model(model, full_check=True)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # protobuf and checker errors have no common base
-        raise GraphError(f"{path}: expected an ONNX model, got {type(err).__name__}: "
-                         f"{str(err).splitlines()[0] if str(err) else ''}") from err
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
+                         f"{first}") from None
+    if not model.graph.node:
+        raise GraphError(f"{path}: expected an ONNX model with at least one node, got none")
+    return model
 
 
 def _value_types(model: Any, batch: int) -> dict[str, Tensor]:
