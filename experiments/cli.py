@@ -71,7 +71,8 @@ def _split(value: str, what: str = "value") -> list[str]:
 
 _FIGURE = (".png", ".svg", ".pdf")
 #: Output files by command and option, checked before any work starts.
-_FORMATS = {"compare": {"plot": _FIGURE, "out": (".parquet", ".csv")},
+_FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
+    "compare": {"plot": _FIGURE, "out": (".parquet", ".csv")},
             "simulate": {"gantt": _FIGURE, "trace": (".json",)},
             "model": {"save": (".json",)}}
 
