@@ -73,8 +73,9 @@ _FIGURE = (".png", ".svg", ".pdf")
 #: Output files by command and option, checked before any work starts.
 _FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
     "compare": {"plot": _FIGURE, "out": (".parquet", ".csv")},
-            "simulate": {"gantt": _FIGURE, "trace": (".json",)},
-            "model": {"save": (".json",)}}
+    "simulate": {"gantt": _FIGURE, "trace": (".json",)},
+    "model": {"save": (".json",)},
+}
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
