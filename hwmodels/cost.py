@@ -12,12 +12,10 @@ never schedules. Models register by name (entry point group ``placelab.cost_mode
 from __future__ import annotations
 
 import math
-import tomllib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
-from typing import Any
 
 import numpy as np
 
@@ -254,15 +252,12 @@ class TableCost(CostModel):
         """Read the TOML form (see the class docstring)."""
         from hwmodels.schema import CostTableDocument
         from workloads.io import read_text
-        from workloads.schema import validate
+        from workloads.schema import load_toml, validate
 
         if file is None:
             raise HardwareSpecError("cost model table: needs a table file, got none")
         text = read_text(file, HardwareSpecError, "cost table")
-        try:
-            data: dict[str, Any] = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as err:
-            raise HardwareSpecError(f"{file}: expected TOML, got a parse error: {err}") from err
+        data = load_toml(text, source=str(file), error=HardwareSpecError)
         doc = validate(CostTableDocument, data, source=str(file), error=HardwareSpecError)
         try:
             return cls(cluster, doc.op_time_s, doc.transfer_time_s)

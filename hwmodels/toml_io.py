@@ -9,7 +9,6 @@ defined in the same file or already registered.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,12 +80,9 @@ def _cluster(where: str, t: Any, models: Callable[[str], Device]) -> Cluster:
 def parse(text: str, *, source: str = "<string>") -> Any:
     """Parse hardware TOML and check it against the schema (no specs are built yet)."""
     from hwmodels.schema import HardwareDocument
-    from workloads.schema import validate
+    from workloads.schema import load_toml, validate
 
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise HardwareSpecError(f"{source}: expected TOML, got a parse error: {err}") from err
+    data = load_toml(text, source=source, error=HardwareSpecError)
     return validate(HardwareDocument, data, source=source, error=HardwareSpecError)
 
 

@@ -25,7 +25,7 @@ from workloads.errors import PlacelabError
 from workloads.op import INT64_MAX
 
 __all__ = ["INT64_MAX", "MAX_DEPTH", "Schema", "check_depth", "describe_path", "load_json",
-           "validate"]
+           "load_toml", "validate"]
 
 #: Nesting deeper than this in a data file can only be a mistake (or an attack).
 MAX_DEPTH = 64
@@ -150,6 +150,20 @@ def load_json(text: str | bytes, *, source: str, error: type[PlacelabError]) -> 
         return json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as err:
         raise error(f"{source}: expected JSON, got a parse error: {err}") from None
+    except RecursionError:
+        raise error(f"{source}: expected nesting at most {MAX_DEPTH} deep, got "
+                    f"deeper") from None
+
+
+def load_toml(text: str, *, source: str, error: type[PlacelabError]) -> dict[str, Any]:
+    """Parse TOML with one-line errors naming ``source`` (nesting too deep included:
+    the standard parser recurses)."""
+    import tomllib
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise error(f"{source}: expected TOML, got a parse error: {err}") from None
     except RecursionError:
         raise error(f"{source}: expected nesting at most {MAX_DEPTH} deep, got "
                     f"deeper") from None
