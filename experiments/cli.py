@@ -74,6 +74,7 @@ _FIGURE = (".png", ".svg", ".pdf")
 _FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
     "compare": {"plot": _FIGURE, "out": (".parquet", ".csv")},
     "simulate": {"gantt": _FIGURE, "trace": (".json",)},
+    "run": {"trace": (".json",)},
     "model": {"save": (".json",)},
 }
 
@@ -242,6 +243,57 @@ def _cmd_simulate(args: argparse.Namespace) -> None:
     _emit(args, data, "\n".join(lines))
 
 
+def _engine(kind: str, devices: int) -> Any:
+    from runtime.cupy_engine import CupyEngine
+    from runtime.engine import NumpyEngine
+
+    return NumpyEngine(devices=devices) if kind == "cpu" else CupyEngine(devices=devices)
+
+
+def _cmd_run(args: argparse.Namespace) -> None:
+    from hwmodels.cost import RooflineCost
+    from policies.base import POLICIES, plan
+    from runtime.executor import execute
+    from sim.engine import simulate
+
+    if not args.model and not args.graph:
+        raise PlacelabError("run: expected --model NAME or --graph FILE, got neither")
+    if args.train:
+        raise PlacelabError("run: --train needs backward kernels, which the runtime does "
+                            "not have yet; expected a forward graph")
+    graph = _load_graph(args)
+    POLICIES.get(args.policy)
+    engine = _engine(args.engine, args.devices)
+    cluster = engine.cluster()
+    cost = RooflineCost(cluster)
+    p = plan(graph, cluster, args.policy, cost)
+    measured = execute(p, engine, warmup=args.warmup, repeats=args.repeats, seed=args.seed)
+    predicted = simulate(p, cluster, cost)
+    if args.trace:
+        measured.write_chrome_trace(args.trace)
+    low, high = measured.spread_s
+    data = {"model": graph.name, "batch": args.batch if not args.graph else None,
+            "engine": args.engine, "devices": list(engine.devices), "policy": args.policy,
+            "makespan_s": measured.makespan_s, "makespan_min_s": low, "makespan_max_s": high,
+            "repeats": args.repeats, "peak_memory_bytes": measured.peak_memory_bytes,
+            "predicted_makespan_s": predicted.makespan_s,
+            "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+            "cost_model": "roofline (uncalibrated)", "transfer_bytes": p.transfer_bytes}
+    lines = [f"{graph.name} on {engine.name} x{len(engine.devices)} with {args.policy} "
+             f"({args.repeats} repeats):",
+             f"  measured     {measured.makespan_s * 1e3:.3f} ms  (spread {low * 1e3:.3f} - "
+             f"{high * 1e3:.3f} ms)",
+             f"  predicted    {predicted.makespan_s * 1e3:.3f} ms  (uncalibrated roofline; "
+             f"placelab calibrate measures this machine)",
+             f"  transfers    {p.transfer_bytes / 1e6:.1f} MB"]
+    for d in engine.devices:
+        lines.append(f"  {d:<12} peak memory measured {measured.peak_memory_bytes[d] / 1e6:9.1f}"
+                     f" MB, simulated {predicted.peak_memory_bytes[d] / 1e6:9.1f} MB")
+    if args.trace:
+        lines.append(f"  trace        {args.trace}")
+    _emit(args, data, "\n".join(lines))
+
+
 def _cmd_compare(args: argparse.Namespace) -> None:
     from experiments.comparison import compare
     from experiments.results import format_table, plot_compare, write_results
@@ -372,6 +424,22 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--gantt", help="write a Gantt chart (.png or .svg) here")
     _add_json(p)
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("run", help="run a plan for real and print it beside the simulator's "
+                       "prediction")
+    p.add_argument("--model", help="zoo model name")
+    p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
+    p.add_argument("--policy", required=True)
+    p.add_argument("--devices", type=_positive_int, default=1,
+                   help="logical devices (cpu: shares of this machine's cores; gpu: GPUs)")
+    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--repeats", type=_positive_int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
+    _add_workload(p)
+    p.add_argument("--trace", help="write the measured Chrome-trace JSON here")
+    _add_json(p)
+    p.set_defaults(func=_cmd_run)
 
     p = sub.add_parser("compare", help="compare policies on models and clusters")
     p.add_argument("--model", required=True, help="zoo model name(s), comma-separated")

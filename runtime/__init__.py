@@ -1,5 +1,31 @@
-"""runtime: real execution of a Plan on NumPy (CPU) and CuPy (GPU) engines.
+"""runtime: real execution of the same Plan the simulator evaluates.
 
-The engines, kernels, microbenchmarks and calibration are not part of placelab yet; this
-package reserves its place in the layering (it may import ``sim`` and below).
+Engines expose their devices as a ``hwmodels.Cluster`` (NumPy: logical CPU devices on
+worker threads; CuPy: GPUs), one kernel library written against the array API runs on both,
+and :func:`execute` interprets a Plan into a measured Trace, makespan and peak memory.
+
+>>> from runtime import NumpyEngine
+>>> NumpyEngine(devices=2).cluster().device_names
+('cpu0', 'cpu1')
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from workloads.lazy import attach
+
+if TYPE_CHECKING:
+    from runtime.cupy_engine import CupyEngine
+    from runtime.engine import Engine, EngineUnavailable, NumpyEngine
+    from runtime.executor import RunResult, execute, make_inputs
+    from runtime.kernels import KERNELS, run_kernel
+
+_WHERE = {"CupyEngine": "cupy_engine", "Engine": "engine", "EngineUnavailable": "engine",
+          "NumpyEngine": "engine", "RunResult": "executor", "execute": "executor",
+          "make_inputs": "executor", "KERNELS": "kernels", "run_kernel": "kernels"}
+
+__all__ = ["KERNELS", "CupyEngine", "Engine", "EngineUnavailable", "NumpyEngine",
+           "RunResult", "execute", "make_inputs", "run_kernel"]
+
+__getattr__, __dir__ = attach(__name__, _WHERE)

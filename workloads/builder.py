@@ -174,10 +174,11 @@ class GraphBuilder:
         sh, sw = _pair(stride if stride is not None else kernel, "stride")
         ph, pw = _pair(padding, "padding")
         ho, wo = self._window(x, h, w, kh, kw, sh, sw, ph, pw)
+        attrs: dict[str, Any] = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (ph, pw)}
+        if kind == "avg_pool2d":
+            attrs["count_include_pad"] = True  # PyTorch's default
         return self.add_op(kind, "reduction", (x,), (n, c, ho, wo), name=name,
-                           flops=n * c * ho * wo * kh * kw,
-                           attrs={"kernel": (kh, kw), "stride": (sh, sw),
-                                  "padding": (ph, pw)})
+                           flops=n * c * ho * wo * kh * kw, attrs=attrs)
 
     def max_pool2d(self, x: str, kernel: int | Sequence[int], *,
                    stride: int | Sequence[int] | None = None,
@@ -207,10 +208,34 @@ class GraphBuilder:
 
     def gelu(self, x: str, *, name: str | None = None) -> str:
         """GELU, tanh approximation (about eight FLOPs per element)."""
-        return self.unary("gelu", x, flops_per_element=8, name=name)
+        shape = self.shape(x)
+        return self.add_op("gelu", "elementwise", (x,), shape, name=name,
+                           flops=8 * math.prod(shape), attrs={"approximate": "tanh"})
 
     def sigmoid(self, x: str, *, name: str | None = None) -> str:
         return self.unary("sigmoid", x, flops_per_element=4, name=name)
+
+    def scale(self, x: str, factor: float, *, name: str | None = None) -> str:
+        """``x * factor`` for a constant ``factor`` (kept in ``attrs["scalar"]``)."""
+        shape = self.shape(x)
+        return self.add_op("mul", "elementwise", (x,), shape, name=name,
+                           flops=math.prod(shape), attrs={"scalar": float(factor)})
+
+    def split(self, x: str, sizes: Sequence[int], *, axis: int, squeeze: bool = False,
+              name: str | None = None) -> list[str]:
+        """Consecutive pieces of ``x`` along ``axis`` (of ``sizes``, from the start; what
+        the sizes do not cover is dropped); ``squeeze`` drops the axis (pieces of size 1)."""
+        shape = list(self.shape(x))
+        axis = axis % len(shape)
+        if sum(sizes) > shape[axis] or any(s < 1 for s in sizes) or (
+                squeeze and any(s != 1 for s in sizes)):
+            raise GraphError(f"split of {x!r}: sizes {list(sizes)} do not fit axis {axis} "
+                             f"of {tuple(shape)}" + (" as pieces of 1" if squeeze else ""))
+        shapes = [shape[:axis] + ([] if squeeze else [s]) + shape[axis + 1:] for s in sizes]
+        moved = sum(math.prod(s) for s in shapes) * DTYPE_BYTES[self.dtype]
+        return self.add_multi("split", "data_movement", (x,), shapes, name=name,
+                              bytes_read=moved,
+                              attrs={"axis": axis, "sizes": tuple(sizes), "squeeze": squeeze})
 
     def mul(self, a: str, b: str, *, name: str | None = None) -> str:
         """Elementwise product of two tensors of the same shape."""
@@ -254,11 +279,12 @@ class GraphBuilder:
                            params=vocab * dim, bytes_read=self._get(ids).nbytes + rows,
                            attrs={"vocab": vocab, "dim": dim})
 
-    def layernorm(self, x: str, *, name: str | None = None) -> str:
+    def layernorm(self, x: str, *, eps: float = 1e-5, name: str | None = None) -> str:
         """Layer norm over the last dimension, with scale and shift."""
         shape = self.shape(x)
         return self.add_op("layernorm", "reduction", (x,), shape, name=name,
-                           flops=8 * math.prod(shape), params=2 * shape[-1])
+                           flops=8 * math.prod(shape), params=2 * shape[-1],
+                           attrs={"eps": eps})
 
     def adaptive_avg_pool2d(self, x: str, out: int, *, name: str | None = None) -> str:
         """Average over windows that tile the input into ``out x out`` cells."""
@@ -303,7 +329,8 @@ class GraphBuilder:
             raise GraphError(f"batchnorm of {x!r}: expected at least 2 dims, got {shape}")
         c = shape[1]
         return self.add_op("batchnorm", "elementwise", (x,), shape, name=name,
-                           flops=2 * math.prod(shape), params=2 * c, buffers=2 * c)
+                           flops=2 * math.prod(shape), params=2 * c, buffers=2 * c,
+                           attrs={"eps": 1e-5})
 
     # -- helpers ------------------------------------------------------------------------
 

@@ -37,8 +37,7 @@ def lstm(batch: int = 1, dtype: str = "fp32", seq_len: int = 35, layers: int = 2
     b = GraphBuilder("lstm", dtype)
     ids = b.input((batch, seq_len), name="tokens", dtype="int64")
     emb = b.embedding(ids, vocab, hidden, name="embedding")
-    xs = b.add_multi("split", "data_movement", (emb,), [(batch, hidden)] * seq_len,
-                     name="embedding.split")
+    xs = b.split(emb, [1] * seq_len, axis=1, squeeze=True, name="embedding.split")
     for layer in range(layers):
         h = b.input((batch, hidden), name=f"h0.{layer}")
         c = b.input((batch, hidden), name=f"c0.{layer}")
@@ -72,7 +71,7 @@ def _attention(b: GraphBuilder, q: str, k: str, v: str, heads: int, n: str) -> s
                      (0, 2, 3, 1), name=f"{n}.k.heads")
     vh = b.transpose(b.reshape(v, (batch, seq, heads, hd), name=f"{n}.v.split"),
                      (0, 2, 1, 3), name=f"{n}.v.heads")
-    scores = b.unary("mul", b.matmul(qh, kt, name=f"{n}.scores"), name=f"{n}.scale")
+    scores = b.scale(b.matmul(qh, kt, name=f"{n}.scores"), hd ** -0.5, name=f"{n}.scale")
     ctx = b.matmul(b.softmax(scores, name=f"{n}.softmax"), vh, name=f"{n}.context")
     ctx = b.transpose(ctx, (0, 2, 1, 3), name=f"{n}.merge")
     return b.reshape(ctx, (batch, seq, dim), name=f"{n}.merged")
@@ -89,17 +88,16 @@ def bert_base(batch: int = 1, dtype: str = "fp32", seq_len: int = 128, layers: i
     x = b.add(b.add(b.embedding(ids, vocab, dim, name="embeddings.word"),
                     b.embedding(pos, 512, dim, name="embeddings.position")),
               b.embedding(typ, 2, dim, name="embeddings.token_type"))
-    x = b.layernorm(x, name="embeddings.ln")
+    x = b.layernorm(x, eps=1e-12, name="embeddings.ln")
     for i in range(layers):
         n = f"layer{i}"
         q, k, v = (b.linear(x, dim, name=f"{n}.{w}") for w in ("query", "key", "value"))
         a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.out")
-        x = b.layernorm(b.add(a, x, name=f"{n}.attn.residual"), name=f"{n}.attn.ln")
+        x = b.layernorm(b.add(a, x, name=f"{n}.attn.residual"), eps=1e-12, name=f"{n}.attn.ln")
         f = b.linear(b.gelu(b.linear(x, 4 * dim, name=f"{n}.ffn.up"), name=f"{n}.ffn.gelu"),
                      dim, name=f"{n}.ffn.down")
-        x = b.layernorm(b.add(f, x, name=f"{n}.ffn.residual"), name=f"{n}.ffn.ln")
-    cls = b.add_op("split", "data_movement", (x,), (batch, dim), name="pooler.cls",
-                   bytes_read=batch * dim * DTYPE_BYTES[dtype])
+        x = b.layernorm(b.add(f, x, name=f"{n}.ffn.residual"), eps=1e-12, name=f"{n}.ffn.ln")
+    (cls,) = b.split(x, [1], axis=1, squeeze=True, name="pooler.cls")
     b.tanh(b.linear(cls, dim, name="pooler.dense"), name="pooler")
     return b.build()
 
@@ -116,8 +114,7 @@ def gpt2_small(batch: int = 1, dtype: str = "fp32", seq_len: int = 1024, layers:
     for i in range(layers):
         n = f"h{i}"
         qkv = b.linear(b.layernorm(x, name=f"{n}.ln_1"), 3 * dim, name=f"{n}.attn.c_attn")
-        q, k, v = b.add_multi("split", "data_movement", (qkv,), [(batch, seq_len, dim)] * 3,
-                              name=f"{n}.attn.split")
+        q, k, v = b.split(qkv, [dim] * 3, axis=2, name=f"{n}.attn.split")
         a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.c_proj")
         x = b.add(x, a, name=f"{n}.attn.residual")
         m = b.linear(b.layernorm(x, name=f"{n}.ln_2"), 4 * dim, name=f"{n}.mlp.c_fc")

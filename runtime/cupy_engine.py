@@ -1,0 +1,101 @@
+"""The CuPy engine: ``gpu0..gpu{n-1}``, a CUDA stream per device, copies between GPUs by
+CuPy's peer-to-peer path, and times from CUDA events recorded on the device's stream.
+
+It imports cleanly without CuPy or a GPU; building one then raises
+:class:`EngineUnavailable` saying which is missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from hwmodels.registry import get_device
+from hwmodels.spec import Cluster, Link
+from runtime.engine import Engine, EngineUnavailable
+
+__all__ = ["CupyEngine", "cupy_unavailable"]
+
+
+def cupy_unavailable() -> str | None:
+    """Why the CuPy engine cannot run here, or None if it can."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install 'placelab[gpu]')"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as err:  # CUDA driver errors have no common base here
+        return f"no CUDA device is usable: {type(err).__name__}: {err}"
+    return None if count > 0 else "no CUDA device is present"
+
+
+class CupyEngine(Engine):
+    """The first ``devices`` GPUs of this machine (all of them by default)."""
+
+    name = "gpu"
+
+    def __init__(self, devices: int | None = None) -> None:
+        reason = cupy_unavailable()
+        if reason:
+            raise EngineUnavailable(f"engine 'gpu': {reason}")
+        import cupy
+
+        self.cp = cupy
+        present = cupy.cuda.runtime.getDeviceCount()
+        count = present if devices is None else devices
+        if not 1 <= count <= present:
+            raise EngineUnavailable(f"engine 'gpu': devices must be in [1, {present}], got "
+                                    f"{devices}")
+        self.count = count
+        self.streams = []
+        for i in range(count):
+            with cupy.cuda.Device(i):
+                self.streams.append(cupy.cuda.Stream(non_blocking=True))
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(f"gpu{i}" for i in range(self.count))
+
+    def cluster(self) -> Cluster:
+        # Uncalibrated: the catalog's H100 figures for every GPU, PCIe between them.
+        spec = get_device("h100-sxm5-80gb")
+        devices = tuple(spec.instance(d) for d in self.devices)
+        links = tuple(Link(a, b, 25e9, 10e-6) for i, a in enumerate(self.devices)
+                      for b in self.devices[i + 1:])
+        return Cluster(f"cupy-{self.count}", devices, links)
+
+    @property
+    def xp(self) -> Any:
+        import array_api_compat.cupy as xp
+
+        return xp
+
+    def _index(self, device: str) -> int:
+        return int(device.removeprefix("gpu"))
+
+    @contextlib.contextmanager
+    def on(self, device: str) -> Iterator[None]:
+        i = self._index(device)
+        with self.cp.cuda.Device(i), self.streams[i]:
+            yield
+
+    def to_device(self, host: np.ndarray, device: str) -> Any:
+        with self.cp.cuda.Device(self._index(device)):
+            return self.cp.asarray(host)
+
+    def copy(self, array: Any, src: str, dst: str) -> Any:
+        with self.cp.cuda.Device(self._index(dst)):
+            out = self.cp.empty_like(array)
+            out.data.copy_from_device_async(array.data, array.nbytes,
+                                            self.streams[self._index(dst)])
+            return out
+
+    def to_host(self, array: Any) -> np.ndarray:
+        return self.cp.asnumpy(array)
+
+    def synchronize(self, device: str) -> None:
+        self.streams[self._index(device)].synchronize()

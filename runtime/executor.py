@@ -1,0 +1,322 @@
+"""Run a Plan for real: each device executes its ops in plan order on its own worker thread,
+each transfer is a real copy made by its source device's copy thread, and every op and copy
+is timed into the same Trace schema the simulator writes.
+
+Memory is counted as the engine allocates and frees: a device holds the weights of the ops
+placed on it (a shared weight on every device that uses it), an op's outputs from its start
+until its last local reader and outgoing copy are done (a view, which moves no bytes,
+allocates nothing), a received copy from the start of the copy until its last reader is
+done; graph outputs stay until the end of the run.
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from policies.plans import Plan, Transfer
+from runtime.engine import Engine
+from runtime.kernels import kernel_for
+from runtime.weights import owner_of, weight_arrays
+from workloads.errors import GraphError, PlacelabError
+from workloads.graph import Graph
+from workloads.io import write_text_atomic
+from workloads.op import Op
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["RunResult", "execute", "make_inputs"]
+
+_NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16,
+                 "int64": np.int64, "int32": np.int32, "int8": np.int8, "bool": np.bool_}
+
+
+@dataclass
+class RunResult:
+    """Measured: makespan per repeat (median and spread), the Trace of the last repeat,
+    peak memory per device, and the graph's outputs on the host."""
+
+    makespans_s: list[float]
+    peak_memory_bytes: dict[str, int]
+    trace: pd.DataFrame = field(repr=False)
+    outputs: dict[str, np.ndarray] = field(repr=False)
+    memory_log: list[tuple[float, str, int]] = field(repr=False)
+    devices: tuple[str, ...] = ()
+
+    @property
+    def makespan_s(self) -> float:
+        """The median over repeats."""
+        return statistics.median(self.makespans_s)
+
+    @property
+    def spread_s(self) -> tuple[float, float]:
+        """The fastest and the slowest repeat."""
+        return min(self.makespans_s), max(self.makespans_s)
+
+    def write_chrome_trace(self, path: str | Path) -> Path:
+        import json
+
+        from sim.result import chrome_trace
+
+        return write_text_atomic(path, json.dumps(chrome_trace(self.trace)))
+
+
+def _numpy_dtype(dtype: str) -> Any:
+    try:
+        return _NUMPY_DTYPES[dtype]
+    except KeyError:
+        raise GraphError(f"the runtime runs {', '.join(_NUMPY_DTYPES)}, got {dtype!r}") \
+            from None
+
+
+def make_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Host arrays for the graph's inputs: standard normal floats; integer ids below the
+    smallest table (vocabulary) of the embeddings that read them."""
+    out = {}
+    for op in graph:
+        if op.kind != "input":
+            continue
+        t = op.output
+        rng = np.random.default_rng([seed, zlib.crc32(t.name.encode())])
+        if t.dtype.startswith("int"):
+            tables = [graph.op(c).attrs.get("vocab", 2) for c in graph.consumers(t.name)]
+            out[t.name] = rng.integers(0, min(tables, default=2), t.shape).astype(
+                _numpy_dtype(t.dtype))
+        else:
+            out[t.name] = rng.standard_normal(t.shape).astype(_numpy_dtype(t.dtype))
+    return out
+
+
+def _check_runnable(plan: Plan, engine: Engine) -> None:
+    plan.validate(engine.cluster())
+    for op in plan.graph:
+        if op.kind != "input":  # inputs are staged on their device before the run
+            kernel_for(op)
+        _numpy_dtype(op.dtype)
+
+
+class _Run:
+    """One execution of the plan: shared state of the device and copy threads."""
+
+    def __init__(self, plan: Plan, engine: Engine, inputs: Mapping[str, np.ndarray],
+                 weights: Mapping[tuple[str, str], Mapping[str, Any]],
+                 resident: Mapping[str, int]) -> None:
+        self.plan, self.engine, self.graph = plan, engine, plan.graph
+        self.inputs, self.weights = inputs, weights
+        self.values: dict[tuple[str, str], Any] = {}
+        self.ready: dict[tuple[str, str], threading.Event] = {}
+        self.refs: dict[tuple[str, str], int] = {}
+        self.nbytes: dict[tuple[str, str], int] = {}
+        self.lock = threading.Lock()
+        self.used = dict(resident)
+        self.peak = dict(resident)
+        self.log: list[tuple[float, str, int]] = []
+        self.rows: list[dict[str, Any]] = []
+        self.failure: BaseException | None = None
+        self.copies = {d: queue.Queue() for d in engine.devices}  # type: ignore[var-annotated]
+        self.sends: dict[str, list[Transfer]] = {}
+        self._wire()
+
+    def _wire(self) -> None:
+        keep = set(self.graph.outputs)
+        for op in self.graph:
+            d = self.plan.placement[op.name]
+            for t in op.outputs:
+                key = (t.name, d)
+                self.ready[key] = threading.Event()
+                readers = [c for c in self.graph.consumers(t.name)
+                           if self.plan.placement[c] == d]
+                self.refs[key] = len(readers) + (1 if t.name in keep else 0)
+                self.nbytes[key] = t.nbytes if op.bytes_written else 0
+        for tr in self.plan.transfers:
+            self.sends.setdefault(tr.producer, []).append(tr)
+            self.refs[(tr.tensor, tr.src)] += 1
+            key = (tr.tensor, tr.dst)
+            self.ready[key] = threading.Event()
+            self.refs[key] = len(tr.consumers) + (1 if tr.tensor in keep else 0)
+            self.nbytes[key] = tr.nbytes
+
+    # -- memory ---------------------------------------------------------------------------
+
+    def _allocate(self, key: tuple[str, str]) -> None:
+        d = key[1]
+        with self.lock:
+            self.used[d] += self.nbytes[key]
+            self.peak[d] = max(self.peak[d], self.used[d])
+            self.log.append((self.engine.now() - self.t0, d, self.used[d]))
+
+    def _release(self, key: tuple[str, str]) -> None:
+        with self.lock:
+            self.refs[key] -= 1
+            if self.refs[key] > 0:
+                return
+            self.values.pop(key, None)
+            self.used[key[1]] -= self.nbytes[key]
+            self.log.append((self.engine.now() - self.t0, key[1], self.used[key[1]]))
+
+    # -- the workers ----------------------------------------------------------------------
+
+    def _guard(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as err:  # handed to the caller's thread, which re-raises it
+            self.failure = self.failure or err
+            for event in self.ready.values():
+                event.set()
+
+    def _wait(self, key: tuple[str, str]) -> Any:
+        self.ready[key].wait()
+        if self.failure is not None:
+            raise RuntimeError("another worker failed")
+        return self.values[key]
+
+    def _run_device(self, device: str) -> None:
+        engine = self.engine
+        with engine.on(device):
+            for name in self.plan.order.get(device, ()):
+                self._run_op(self.graph.op(name), device)
+
+    def _run_op(self, op: Op, device: str) -> None:
+        engine = self.engine
+        args = [self._wait((t, device)) for t in op.inputs]
+        for t in op.outputs:
+            self._allocate((t.name, device))
+        start = engine.now()
+        if op.kind == "input":
+            outs: tuple[Any, ...] = (self.inputs[op.output.name],)
+        else:
+            weights = self.weights.get((owner_of(self.graph, op).name, device), {})
+            outs = kernel_for(op)(engine.xp, op, args, weights)
+        engine.synchronize(device)
+        end = engine.now()
+        self._row(op.name, "compute", device, "", "", f"{device}/stream0", start, end,
+                  op.flops, op.bytes_read + op.bytes_written)
+        for tensor, value in zip(op.outputs, outs, strict=True):
+            self.values[(tensor.name, device)] = value
+            self.ready[(tensor.name, device)].set()
+        for name in dict.fromkeys(op.inputs):
+            self._release((name, device))
+        for tr in self.sends.get(op.name, ()):
+            self.copies[tr.src].put(tr)
+        for tensor in op.outputs:  # read by nobody: freed when its producer ends
+            if self.refs[(tensor.name, device)] == 0:
+                self.refs[(tensor.name, device)] = 1
+                self._release((tensor.name, device))
+
+    def _run_copies(self, device: str) -> None:
+        engine = self.engine
+        with engine.on(device):
+            while (tr := self.copies[device].get()) is not None:
+                value = self._wait((tr.tensor, tr.src))
+                self._allocate((tr.tensor, tr.dst))
+                start = engine.now()
+                copied = engine.copy(value, tr.src, tr.dst)
+                engine.synchronize(tr.dst)
+                end = engine.now()
+                self._row(tr.name, "transfer", "", tr.src, tr.dst, f"{tr.src}/copy0", start,
+                          end, 0, tr.nbytes)
+                self.values[(tr.tensor, tr.dst)] = copied
+                self.ready[(tr.tensor, tr.dst)].set()
+                self._release((tr.tensor, tr.src))
+
+    def _row(self, name: str, kind: str, device: str, src: str, dst: str, stream: str,
+             start: float, end: float, flops: int, nbytes: int) -> None:
+        row = {"job": "job0", "name": name, "kind": kind, "device": device, "src": src,
+               "dst": dst, "stream": stream, "start_s": start - self.t0,
+               "end_s": end - self.t0, "flops": flops, "bytes": nbytes}
+        with self.lock:
+            self.rows.append(row)
+
+    def run(self) -> float:
+        devices = self.engine.devices
+        compute = [threading.Thread(target=self._guard, args=(lambda d=d: self._run_device(d),))
+                   for d in devices]
+        copiers = [threading.Thread(target=self._guard, args=(lambda d=d: self._run_copies(d),))
+                   for d in devices]
+        self.t0 = self.engine.now()
+        for thread in compute + copiers:
+            thread.start()
+        for thread in compute:
+            thread.join()
+        for d in devices:
+            self.copies[d].put(None)
+        for thread in copiers:
+            thread.join()
+        if self.failure is not None:
+            raise self.failure
+        return max((r["end_s"] for r in self.rows), default=0.0)
+
+
+def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | None = None,
+            warmup: int = 1, repeats: int = 5, seed: int = 0) -> RunResult:
+    """Run ``plan`` on ``engine`` ``warmup + repeats`` times; measure the last ``repeats``.
+
+    A plan made for another cluster, or a graph with an op no kernel implements, is refused
+    before anything runs.
+
+    >>> from policies import plan as make_plan
+    >>> from runtime import NumpyEngine
+    >>> from workloads import build_model
+    >>> engine = NumpyEngine(devices=2)
+    >>> p = make_plan(build_model("mlp", batch=4), engine.cluster(), "round_robin")
+    >>> r = execute(p, engine, repeats=2)
+    >>> r.outputs["softmax"].shape, r.makespan_s > 0
+    ((4, 10), True)
+    """
+    if warmup < 0 or repeats < 1:
+        raise PlacelabError(f"execute: expected warmup >= 0 and repeats >= 1, got "
+                            f"warmup={warmup}, repeats={repeats}")
+    _check_runnable(plan, engine)
+    host = dict(make_inputs(plan.graph, seed)) if inputs is None else dict(inputs)
+    weights, resident = _place_weights(plan, engine, seed)
+    staged = {op.output.name: engine.to_device(host[op.output.name], plan.placement[op.name])
+              for op in plan.graph if op.kind == "input"}
+    times: list[float] = []
+    with engine.session():
+        for i in range(warmup + repeats):
+            run = _Run(plan, engine, staged, weights, resident)
+            elapsed = run.run()
+            if i >= warmup:
+                times.append(elapsed)
+    return _result(plan, engine, run, times)
+
+
+def _place_weights(plan: Plan, engine: Engine, seed: int
+                   ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, int]]:
+    """Each op's weights on its device (shared weights on every device that uses them)."""
+    weights: dict[tuple[str, str], dict[str, Any]] = {}
+    resident = dict.fromkeys(engine.devices, 0)
+    for op in plan.graph:
+        owner = owner_of(plan.graph, op)
+        device = plan.placement[op.name]
+        key = (owner.name, device)
+        if key in weights or not owner.params:
+            continue
+        host = weight_arrays(owner, seed, _numpy_dtype(owner.dtype))
+        weights[key] = {k: engine.to_device(v, device) for k, v in host.items()}
+        resident[device] += sum(int(v.nbytes) for v in host.values())
+    return weights, resident
+
+
+def _result(plan: Plan, engine: Engine, run: _Run, times: list[float]) -> RunResult:
+    import pandas as pd
+
+    from sim.result import TRACE_COLUMNS
+
+    outputs = {}
+    for name in plan.graph.outputs:
+        device = plan.placement[plan.graph.producer(name)]
+        outputs[name] = engine.to_host(run.values[(name, device)])
+    trace = pd.DataFrame(run.rows, columns=list(TRACE_COLUMNS)).sort_values(
+        "start_s", kind="stable", ignore_index=True)
+    return RunResult(makespans_s=times, peak_memory_bytes=dict(run.peak), trace=trace,
+                     outputs=outputs, memory_log=run.log, devices=engine.devices)

@@ -1,0 +1,310 @@
+"""The kernel library: one function per op kind, written once against the Python array API
+standard, so the same code runs on NumPy (CPU) and CuPy (GPU) through ``array-api-compat``
+and is tested on ``array-api-strict``.
+
+A kernel takes the namespace ``xp``, the op (its attributes say everything the kernel needs:
+strides, axes, the constant of a scaling), its input arrays in the op's input order and its
+weights, and returns its outputs in the op's output order. Kinds with no kernel (``opaque``,
+``synthetic``: ops the IR can only cost) are refused before anything runs.
+
+>>> import numpy as np
+>>> from workloads import GraphBuilder
+>>> b = GraphBuilder("t")
+>>> y = b.relu(b.input((2, 2)))
+>>> op = b.build().op(y)
+>>> run_kernel(np, op, [np.array([[-1.0, 2.0], [3.0, -4.0]])], {})[0].tolist()
+[[0.0, 2.0], [3.0, 0.0]]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from workloads.errors import GraphError
+from workloads.op import Op
+
+__all__ = ["KERNELS", "Kernel", "kernel_for", "run_kernel"]
+
+Array = Any
+Kernel = Callable[[Any, Op, Sequence[Array], Mapping[str, Array]], tuple[Array, ...]]
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(*kinds: str) -> Callable[[Kernel], Kernel]:
+    def register(fn: Kernel) -> Kernel:
+        for kind in kinds:
+            KERNELS[kind] = fn
+        return fn
+    return register
+
+
+def kernel_for(op: Op) -> Kernel:
+    """The kernel of ``op``'s kind; an op the IR can only cost is a clear error."""
+    try:
+        return KERNELS[op.kind]
+    except KeyError:
+        raise GraphError(f"op {op.name!r}: kind {op.kind!r} has no kernel (it can be "
+                         f"simulated, not run); kinds that run: "
+                         f"{', '.join(sorted(KERNELS))}") from None
+
+
+def run_kernel(xp: Any, op: Op, inputs: Sequence[Array], weights: Mapping[str, Array]
+               ) -> tuple[Array, ...]:
+    """Run ``op`` on ``inputs`` (arrays of namespace ``xp``)."""
+    return kernel_for(op)(xp, op, inputs, weights)
+
+
+# -- dense algebra ------------------------------------------------------------------------
+
+
+@kernel("linear")
+def _linear(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    weight = w["weight"] if "weight" in w else xp.permute_dims(w["table"], (1, 0))
+    y = xp.matmul(args[0], weight)
+    return (y + w["bias"] if op.attrs.get("bias") else y,)
+
+
+@kernel("matmul")
+def _matmul(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.matmul(args[0], args[1]),)
+
+
+def _pad(xp: Any, x: Array, ph: int, pw: int, value: float) -> Array:
+    """Pad the last two axes (the array API has no ``pad``)."""
+    if not ph and not pw:
+        return x
+    n, c, h, w = x.shape
+    if pw:
+        side = xp.full((n, c, h, pw), value, dtype=x.dtype, device=_device(x))
+        x = xp.concat([side, x, side], axis=3)
+    if ph:
+        side = xp.full((n, c, ph, w + 2 * pw), value, dtype=x.dtype, device=_device(x))
+        x = xp.concat([side, x, side], axis=2)
+    return x
+
+
+def _device(x: Array) -> Any:
+    from array_api_compat import device
+
+    return device(x)
+
+
+def _windows(xp: Any, x: Array, op: Op, pad_value: float) -> tuple[Array, int, int]:
+    """Every kernel position's strided view of the padded input, stacked on a new axis 2:
+    ``(n, c, kh * kw, ho, wo)`` (im2col without strided tricks the standard lacks)."""
+    kh, kw = op.attrs["kernel"]
+    sh, sw = op.attrs.get("stride", (1, 1))
+    ph, pw = op.attrs.get("padding", (0, 0))
+    ho, wo = op.outputs[0].shape[2:]
+    x = _pad(xp, x, ph, pw, pad_value)
+    views = [x[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
+             for i in range(kh) for j in range(kw)]
+    return xp.stack(views, axis=2), ho, wo
+
+
+@kernel("conv2d")
+def _conv2d(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    weight = w["weight"]
+    groups = op.attrs.get("groups", 1)
+    n, _c = args[0].shape[:2]
+    out, cg, kh, kw = weight.shape
+    cols, ho, wo = _windows(xp, args[0], op, 0.0)          # (n, c, k, ho, wo)
+    cols = xp.reshape(cols, (n, groups, cg * kh * kw, ho * wo))
+    wg = xp.reshape(weight, (1, groups, out // groups, cg * kh * kw))
+    y = xp.matmul(wg, cols)                                 # (n, g, out/g, ho*wo)
+    y = xp.reshape(y, (n, out, ho, wo))
+    if op.attrs.get("bias"):
+        y = y + xp.reshape(w["bias"], (1, out, 1, 1))
+    return (y,)
+
+
+# -- windows and reductions ---------------------------------------------------------------
+
+
+@kernel("max_pool2d")
+def _max_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    cols, _, _ = _windows(xp, args[0], op, -math.inf)
+    return (xp.max(cols, axis=2),)
+
+
+@kernel("avg_pool2d")
+def _avg_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    if "output_size" in op.attrs:
+        return (_adaptive_avg(xp, args[0], op.attrs["output_size"]),)
+    cols, _ho, _wo = _windows(xp, args[0], op, 0.0)
+    if op.attrs.get("count_include_pad", True) or op.attrs.get("padding", (0, 0)) == (0, 0):
+        return (xp.mean(cols, axis=2),)
+    ones = xp.ones((1, 1, *tuple(args[0].shape[2:])), dtype=args[0].dtype,
+                   device=_device(args[0]))
+    count, _, _ = _windows(xp, ones, op, 0.0)
+    return (xp.sum(cols, axis=2) / xp.sum(count, axis=2),)
+
+
+def _adaptive_avg(xp: Any, x: Array, size: int) -> Array:
+    """PyTorch's adaptive average pooling: cell i covers [floor(i H / s), ceil((i+1) H / s))."""
+    h, w = x.shape[2:]
+    rows = []
+    for i in range(size):
+        r0, r1 = (i * h) // size, -((-(i + 1) * h) // size)
+        cells = [xp.mean(x[:, :, r0:r1, (j * w) // size:-((-(j + 1) * w) // size)],
+                         axis=(2, 3)) for j in range(size)]
+        rows.append(xp.stack(cells, axis=-1))
+    return xp.stack(rows, axis=-2)
+
+
+@kernel("global_avg_pool")
+def _global_avg(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+                ) -> tuple[Array]:
+    return (xp.mean(args[0], axis=(2, 3), keepdims=True),)
+
+
+@kernel("softmax")
+def _softmax(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    x = args[0]
+    e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
+    return (e / xp.sum(e, axis=-1, keepdims=True),)
+
+
+@kernel("layernorm")
+def _layernorm(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array]:
+    x = args[0]
+    mean = xp.mean(x, axis=-1, keepdims=True)
+    var = xp.var(x, axis=-1, keepdims=True)
+    y = (x - mean) / xp.sqrt(var + op.attrs.get("eps", 1e-5))
+    return (y * w["scale"] + w["shift"],)
+
+
+@kernel("batchnorm")
+def _batchnorm(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array]:
+    x = args[0]
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    inv = w["scale"] / xp.sqrt(w["var"] + op.attrs.get("eps", 1e-5))
+    return (x * xp.reshape(inv, shape)
+            + xp.reshape(w["shift"] - w["mean"] * inv, shape),)
+
+
+# -- elementwise --------------------------------------------------------------------------
+
+
+@kernel("relu")
+def _relu(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.maximum(args[0], xp.zeros_like(args[0])),)
+
+
+@kernel("sigmoid")
+def _sigmoid(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (1.0 / (1.0 + xp.exp(-args[0])),)
+
+
+@kernel("tanh")
+def _tanh(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.tanh(args[0]),)
+
+
+@kernel("gelu")
+def _gelu(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    x = args[0]
+    if op.attrs.get("approximate", "tanh") != "tanh":
+        raise GraphError(f"op {op.name!r}: gelu approximate must be 'tanh', got "
+                         f"{op.attrs['approximate']!r}")
+    return (0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),)
+
+
+@kernel("add")
+def _add(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    total = args[0]
+    for other in _operands(op, args)[1:]:
+        total = total + other
+    return (total,)
+
+
+@kernel("mul")
+def _mul(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    if "scalar" in op.attrs:
+        return (args[0] * op.attrs["scalar"],)
+    product = args[0]
+    for other in _operands(op, args)[1:]:
+        product = product * other
+    return (product,)
+
+
+def _operands(op: Op, args: Sequence[Array]) -> list[Array]:
+    """The operands in the op's input order, a tensor read twice counted twice."""
+    if len(args) == len(op.inputs):
+        return list(args)
+    by_name = dict(zip(dict.fromkeys(op.inputs), args, strict=True))
+    return [by_name[name] for name in op.inputs]
+
+
+@kernel("clip")
+def _clip(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.clip(args[0], op.attrs.get("min"), op.attrs.get("max")),)
+
+
+@kernel("dropout")
+def _identity(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+              ) -> tuple[Array]:
+    return (args[0],)  # inference: dropout is the identity
+
+
+@kernel("lstm_cell")
+def _lstm_cell(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array, Array]:
+    gx, gh, c = args
+    gates = gx + gh
+    hidden = c.shape[-1]
+    i, f, g, o = (gates[..., k * hidden:(k + 1) * hidden] for k in range(4))  # PyTorch order
+
+    def sig(v: Array) -> Array:
+        return 1.0 / (1.0 + xp.exp(-v))
+
+    c_next = sig(f) * c + sig(i) * xp.tanh(g)
+    return sig(o) * xp.tanh(c_next), c_next
+
+
+# -- layout -------------------------------------------------------------------------------
+
+
+@kernel("reshape", "flatten")
+def _reshape(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.reshape(args[0], op.outputs[0].shape),)
+
+
+@kernel("transpose")
+def _transpose(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array]:
+    # materialised, as the IR costs it (a view would move no bytes)
+    return (xp.asarray(xp.permute_dims(args[0], tuple(op.attrs["perm"])), copy=True),)
+
+
+@kernel("concat")
+def _concat(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.concat(_operands(op, args), axis=op.attrs.get("axis", 1)),)
+
+
+@kernel("split")
+def _split(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+           ) -> tuple[Array, ...]:
+    if "sizes" not in op.attrs:
+        raise GraphError(f"op {op.name!r}: split needs attrs 'axis' and 'sizes' to run, "
+                         f"got {dict(op.attrs)}")
+    x, axis = args[0], op.attrs["axis"] % args[0].ndim
+    outs, start = [], 0
+    for size in op.attrs["sizes"]:
+        index = [slice(None)] * x.ndim
+        index[axis] = start if op.attrs.get("squeeze") else slice(start, start + size)
+        outs.append(xp.asarray(x[tuple(index)], copy=True))  # the IR moves these bytes
+        start += size
+    return tuple(outs)
+
+
+@kernel("embedding")
+def _embedding(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array]:
+    ids = args[0]
+    rows = xp.take(w["table"], xp.reshape(ids, (-1,)), axis=0)
+    return (xp.reshape(rows, op.outputs[0].shape),)
