@@ -295,7 +295,7 @@ def _split(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
     x, axis = args[0], op.attrs["axis"] % args[0].ndim
     outs, start = [], 0
     for size in op.attrs["sizes"]:
-        index = [slice(None)] * x.ndim
+        index: list[int | slice] = [slice(None)] * x.ndim
         index[axis] = start if op.attrs.get("squeeze") else slice(start, start + size)
         outs.append(xp.asarray(x[tuple(index)], copy=True))  # the IR moves these bytes
         start += size

@@ -33,14 +33,14 @@ def weight_shapes(op: Op) -> dict[str, tuple[int, ...]]:
     a = op.attrs
     out = op.outputs[0].shape if op.outputs else ()
     if op.kind == "linear":
-        shapes = {"weight": (a["in_features"], a["out_features"])}
+        shapes: dict[str, tuple[int, ...]] = {"weight": (a["in_features"], a["out_features"])}
         return shapes | ({"bias": (a["out_features"],)} if a.get("bias") else {})
     if op.kind == "conv2d":
         kh, kw = a["kernel"]
         cin = op.params // (out[1] * kh * kw) if not a.get("bias") else \
             (op.params - out[1]) // (out[1] * kh * kw)
-        shapes = {"weight": (out[1], cin, kh, kw)}
-        return shapes | ({"bias": (out[1],)} if a.get("bias") else {})
+        conv: dict[str, tuple[int, ...]] = {"weight": (out[1], cin, kh, kw)}
+        return conv | ({"bias": (out[1],)} if a.get("bias") else {})
     if op.kind == "embedding":
         return {"table": (a["vocab"], a["dim"])}
     if op.kind == "batchnorm":
