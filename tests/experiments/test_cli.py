@@ -163,3 +163,19 @@ def test_model_show_train(capsys) -> None:
                        "--optimizer", "adam", "--json")
     data = json.loads(out)
     assert code == 0 and data["name"] == "lstm.train.adam" and data["optimizer"] == "adam"
+
+
+def test_run_prints_measured_beside_simulated(capsys, tmp_path) -> None:
+    trace = tmp_path / "run.json"
+    code, out, err = run(capsys, "run", "--model", "lenet5", "--batch", "4", "--policy",
+                         "round_robin", "--devices", "2", "--repeats", "2", "--trace",
+                         str(trace), "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["devices"] == ["cpu0", "cpu1"] and data["repeats"] == 2
+    assert data["makespan_min_s"] <= data["makespan_s"] <= data["makespan_max_s"]
+    assert set(data["peak_memory_bytes"]) == set(data["predicted_peak_memory_bytes"])
+    assert data["predicted_makespan_s"] > 0
+    assert json.loads(trace.read_text())["traceEvents"]
+    code, _, err = run(capsys, "run", "--model", "mlp", "--policy", "heft", "--train")
+    assert code == 2 and "backward kernels" in err
