@@ -257,8 +257,12 @@ class _Run:
 
 
 def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | None = None,
+            weights: Mapping[str, Mapping[str, np.ndarray]] | None = None,
             warmup: int = 1, repeats: int = 5, seed: int = 0) -> RunResult:
     """Run ``plan`` on ``engine`` ``warmup + repeats`` times; measure the last ``repeats``.
+
+    Inputs and weights are drawn from ``seed`` unless given (``weights``: owner op name ->
+    its arrays by slot, e.g. :func:`runtime.onnx_weights.onnx_weights` of an imported model).
 
     A plan made for another cluster, or a graph with an op no kernel implements, is refused
     before anything runs.
@@ -277,20 +281,21 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
                             f"warmup={warmup}, repeats={repeats}")
     _check_runnable(plan, engine)
     host = dict(make_inputs(plan.graph, seed)) if inputs is None else dict(inputs)
-    weights, resident = _place_weights(plan, engine, seed)
+    placed, resident = _place_weights(plan, engine, seed, weights or {})
     staged = {op.output.name: engine.to_device(host[op.output.name], plan.placement[op.name])
               for op in plan.graph if op.kind == "input"}
     times: list[float] = []
     with engine.session():
         for i in range(warmup + repeats):
-            run = _Run(plan, engine, staged, weights, resident)
+            run = _Run(plan, engine, staged, placed, resident)
             elapsed = run.run()
             if i >= warmup:
                 times.append(elapsed)
     return _result(plan, engine, run, times)
 
 
-def _place_weights(plan: Plan, engine: Engine, seed: int
+def _place_weights(plan: Plan, engine: Engine, seed: int,
+                   given: Mapping[str, Mapping[str, np.ndarray]]
                    ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, int]]:
     """Each op's weights on its device (shared weights on every device that uses them)."""
     weights: dict[tuple[str, str], dict[str, Any]] = {}
@@ -301,7 +306,8 @@ def _place_weights(plan: Plan, engine: Engine, seed: int
         key = (owner.name, device)
         if key in weights or not owner.params:
             continue
-        host = weight_arrays(owner, seed, _numpy_dtype(owner.dtype))
+        host = dict(given[owner.name]) if owner.name in given else \
+            weight_arrays(owner, seed, _numpy_dtype(owner.dtype))
         weights[key] = {k: engine.to_device(v, device) for k, v in host.items()}
         resident[device] += sum(int(v.nbytes) for v in host.values())
     return weights, resident

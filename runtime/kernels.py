@@ -61,6 +61,10 @@ def run_kernel(xp: Any, op: Op, inputs: Sequence[Array], weights: Mapping[str, A
 
 @kernel("linear")
 def _linear(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    if "in_features" not in op.attrs:
+        raise GraphError(f"op {op.name!r}: linear needs attrs 'in_features' and "
+                         f"'out_features' to run (an ONNX Gemm with transA is not run), got "
+                         f"{dict(op.attrs)}")
     weight = w["weight"] if "weight" in w else xp.permute_dims(w["table"], (1, 0))
     y = xp.matmul(args[0], weight)
     return (y + w["bias"] if op.attrs.get("bias") else y,)
@@ -71,17 +75,22 @@ def _matmul(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> t
     return (xp.matmul(args[0], args[1]),)
 
 
-def _pad(xp: Any, x: Array, ph: int, pw: int, value: float) -> Array:
-    """Pad the last two axes (the array API has no ``pad``)."""
-    if not ph and not pw:
-        return x
-    n, c, h, w = x.shape
-    if pw:
-        side = xp.full((n, c, h, pw), value, dtype=x.dtype, device=_device(x))
-        x = xp.concat([side, x, side], axis=3)
-    if ph:
-        side = xp.full((n, c, ph, w + 2 * pw), value, dtype=x.dtype, device=_device(x))
-        x = xp.concat([side, x, side], axis=2)
+def _pad(xp: Any, x: Array, pads: Sequence[int], value: float) -> Array:
+    """Pad the last two axes by ``(top, left, bottom, right)`` (the array API has no
+    ``pad``)."""
+    top, left, bottom, right = pads
+    for axis, before, after in ((3, left, right), (2, top, bottom)):
+        if before or after:
+            shape = list(x.shape)
+            parts = []
+            for size in (before, None, after):
+                if size is None:
+                    parts.append(x)
+                elif size:
+                    shape[axis] = size
+                    parts.append(xp.full(tuple(shape), value, dtype=x.dtype,
+                                         device=_device(x)))
+            x = xp.concat(parts, axis=axis)
     return x
 
 
@@ -94,11 +103,14 @@ def _device(x: Array) -> Any:
 def _windows(xp: Any, x: Array, op: Op, pad_value: float) -> tuple[Array, int, int]:
     """Every kernel position's strided view of the padded input, stacked on a new axis 2:
     ``(n, c, kh * kw, ho, wo)`` (im2col without strided tricks the standard lacks)."""
+    if "kernel" not in op.attrs:
+        raise GraphError(f"op {op.name!r}: {op.kind} needs attrs 'kernel', 'stride' and "
+                         f"'padding' to run, got {dict(op.attrs)}")
     kh, kw = op.attrs["kernel"]
     sh, sw = op.attrs.get("stride", (1, 1))
-    ph, pw = op.attrs.get("padding", (0, 0))
+    pads = tuple(op.attrs.get("padding", (0, 0)))
     ho, wo = op.outputs[0].shape[2:]
-    x = _pad(xp, x, ph, pw, pad_value)
+    x = _pad(xp, x, pads * 2 if len(pads) == 2 else pads, pad_value)
     views = [x[:, :, i:i + sh * (ho - 1) + 1:sh, j:j + sw * (wo - 1) + 1:sw]
              for i in range(kh) for j in range(kw)]
     return xp.stack(views, axis=2), ho, wo
@@ -134,7 +146,7 @@ def _avg_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) ->
     if "output_size" in op.attrs:
         return (_adaptive_avg(xp, args[0], op.attrs["output_size"]),)
     cols, _ho, _wo = _windows(xp, args[0], op, 0.0)
-    if op.attrs.get("count_include_pad", True) or op.attrs.get("padding", (0, 0)) == (0, 0):
+    if op.attrs.get("count_include_pad", True) or not any(op.attrs.get("padding", (0, 0))):
         return (xp.mean(cols, axis=2),)
     ones = xp.ones((1, 1, *tuple(args[0].shape[2:])), dtype=args[0].dtype,
                    device=_device(args[0]))
@@ -162,9 +174,30 @@ def _global_avg(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
 
 @kernel("softmax")
 def _softmax(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
-    x = args[0]
+    x = shape = args[0]
+    axis = op.attrs.get("axis")
+    if axis is not None:  # ONNX before opset 13: over the axes from ``axis`` on, flattened
+        shape = x.shape
+        x = xp.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
     e = xp.exp(x - xp.max(x, axis=-1, keepdims=True))
-    return (e / xp.sum(e, axis=-1, keepdims=True),)
+    y = e / xp.sum(e, axis=-1, keepdims=True)
+    return (y if axis is None else xp.reshape(y, shape),)
+
+
+@kernel("lrn")
+def _lrn(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    """Local response normalisation across channels (ONNX's definition)."""
+    x = args[0]
+    size = op.attrs.get("size", 5)
+    alpha, beta, bias = (op.attrs.get(k, d) for k, d in (("alpha", 1e-4), ("beta", 0.75),
+                                                          ("bias", 1.0)))
+    squares = x * x
+    channels = x.shape[1]
+    below, above = (size - 1) // 2, -(-(size - 1) // 2)
+    sums = [xp.sum(squares[:, max(0, c - below):min(channels, c + above + 1)], axis=1)
+            for c in range(channels)]
+    total = xp.stack(sums, axis=1)
+    return (x / (bias + alpha / size * total) ** beta,)
 
 
 @kernel("layernorm")
@@ -216,28 +249,44 @@ def _gelu(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tup
 
 @kernel("add")
 def _add(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
-    total = args[0]
-    for other in _operands(op, args)[1:]:
-        total = total + other
-    return (total,)
+    first, *rest = _operands(op, args, w)
+    for other in rest:
+        first = first + other
+    return (first,)
 
 
 @kernel("mul")
 def _mul(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
     if "scalar" in op.attrs:
         return (args[0] * op.attrs["scalar"],)
-    product = args[0]
-    for other in _operands(op, args)[1:]:
-        product = product * other
-    return (product,)
+    first, *rest = _operands(op, args, w)
+    for other in rest:
+        first = first * other
+    return (first,)
 
 
-def _operands(op: Op, args: Sequence[Array]) -> list[Array]:
-    """The operands in the op's input order, a tensor read twice counted twice."""
-    if len(args) == len(op.inputs):
+@kernel("sub")
+def _sub(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    a, b = _operands(op, args, w)
+    return (a - b,)
+
+
+@kernel("div")
+def _div(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    a, b = _operands(op, args, w)
+    return (a / b,)
+
+
+def _operands(op: Op, args: Sequence[Array], w: Mapping[str, Array] | None = None
+              ) -> list[Array]:
+    """The operands in order: the op's inputs, and for an imported op whose operator also
+    read constants, those (``constK``: the constant at the operator's input K) in place."""
+    roles = op.attrs.get("onnx_inputs")
+    if not roles:
         return list(args)
-    by_name = dict(zip(dict.fromkeys(op.inputs), args, strict=True))
-    return [by_name[name] for name in op.inputs]
+    dynamic = iter(args)
+    return [next(dynamic) if role == "input" else w[f"const{k}"]  # type: ignore[index]
+            for k, (role, _) in enumerate(roles)]
 
 
 @kernel("clip")
@@ -283,7 +332,7 @@ def _transpose(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
 
 @kernel("concat")
 def _concat(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
-    return (xp.concat(_operands(op, args), axis=op.attrs.get("axis", 1)),)
+    return (xp.concat(list(args), axis=op.attrs.get("axis", 1)),)
 
 
 @kernel("split")

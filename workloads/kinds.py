@@ -21,6 +21,7 @@ OP_KINDS: dict[str, str] = {
     # elementwise
     "relu": "elementwise", "tanh": "elementwise", "sigmoid": "elementwise",
     "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",
+    "sub": "elementwise", "div": "elementwise",
     "batchnorm": "elementwise", "dropout": "elementwise", "lstm_cell": "elementwise",
     "fused_elementwise": "elementwise", "clip": "elementwise",
     # reductions and windows

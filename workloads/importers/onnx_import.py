@@ -90,7 +90,7 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Relu": _elementwise("relu", 1), "Sigmoid": _elementwise("sigmoid", 4),
     "Tanh": _elementwise("tanh", 4), "Add": _elementwise("add", 1),
     "Sum": _elementwise("add", 1), "Mul": _elementwise("mul", 1),
-    "Sub": _elementwise("add", 1), "Div": _elementwise("mul", 1),
+    "Sub": _elementwise("sub", 1), "Div": _elementwise("div", 1),
     "BatchNormalization": _elementwise("batchnorm", 2), "Clip": _elementwise("clip", 1),
     "LRN": lambda n: ("lrn", "reduction", (int(n.attrs.get("size", 5)) + 3)
                       * _numel(n.outputs[0])),
@@ -234,12 +234,48 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     param_bytes = (params + buffers) * itemsize
     moved_in = sum(t.nbytes for t in n.inputs) + sum(t.nbytes for _, t in const_in
                                                      if t.dtype in _FLOAT)
-    extra = {"onnx_op": node.op_type, **({"shares": shares} if shares else {})}
+    extra = {"onnx_op": node.op_type, **({"shares": shares} if shares else {}),
+             "onnx_inputs": tuple((("const" if t in consts else "input"), _safe(t))
+                                  for t in node.input if t),
+             **_executable(node.op_type, attrs, n)}
     return Op(name=name, kind=kind, op_class=op_class, inputs=tuple(_safe(t) for t in dyn),
               outputs=tuple(_renamed(t) for t in outputs), attrs={**_plain(attrs), **extra},
               flops=int(flops), params=params, param_bytes=param_bytes,
               bytes_read=0 if view else moved_in,
               bytes_written=0 if view else sum(t.nbytes for t in outputs))
+
+
+def _executable(op_type: str, attrs: dict[str, Any], n: _Node) -> dict[str, Any]:
+    """The attributes placelab's kernels read, in the IR's conventions (empty where the
+    operator has no kernel or uses a form the kernels do not run, such as uneven pads)."""
+    if op_type in ("Conv", "MaxPool", "AveragePool"):
+        k = attrs.get("kernel_shape") or (list(n.consts[0][1].shape[2:]) if n.consts else [])
+        pads = attrs.get("pads", [0, 0, 0, 0])
+        if not k or len(k) != 2 or len(pads) != 4:
+            return {}
+        # (top, left) when even, else (top, left, bottom, right): Caffe-style uneven pads
+        padding = tuple(pads[:2]) if pads[:2] == pads[2:] else tuple(pads)
+        out: dict[str, Any] = {"kernel": tuple(k), "stride": tuple(attrs.get("strides", [1, 1])),
+                               "padding": padding}
+        if op_type == "Conv":
+            out |= {"groups": attrs.get("group", 1), "bias": len(n.consts) > 1}
+        if op_type == "AveragePool":
+            out["count_include_pad"] = bool(attrs.get("count_include_pad", 0))
+        return out
+    if op_type == "Gemm":
+        b = next((t for i, t in n.consts if i == 1), None)
+        if b is None or attrs.get("transA", 0):
+            return {}
+        fin, fout = (b.shape[1], b.shape[0]) if attrs.get("transB", 0) else b.shape
+        return {"in_features": fin, "out_features": fout,
+                "bias": any(i == 2 for i, _ in n.consts)}
+    if op_type == "BatchNormalization":
+        return {"eps": attrs.get("epsilon", 1e-5)}
+    if op_type == "Flatten":
+        return {"start_dim": attrs.get("axis", 1)}
+    if op_type == "Softmax":
+        return {"axis": attrs.get("axis", 1)}
+    return {}
 
 
 def _plain(attrs: dict[str, Any]) -> dict[str, Any]:
