@@ -16,6 +16,7 @@ import statistics
 import threading
 import zlib
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -236,24 +237,42 @@ class _Run:
         with self.lock:
             self.rows.append(row)
 
-    def run(self) -> float:
+    def run(self, workers: _Workers) -> float:
         devices = self.engine.devices
-        compute = [threading.Thread(target=self._guard, args=(lambda d=d: self._run_device(d),))
-                   for d in devices]
-        copiers = [threading.Thread(target=self._guard, args=(lambda d=d: self._run_copies(d),))
-                   for d in devices]
         self.t0 = self.engine.now()
-        for thread in compute + copiers:
-            thread.start()
-        for thread in compute:
-            thread.join()
+        copiers = [workers.copy[d].submit(self._guard, lambda d=d: self._run_copies(d))
+                   for d in devices]
+        compute = [workers.compute[d].submit(self._guard, lambda d=d: self._run_device(d))
+                   for d in devices]
+        for future in compute:
+            future.result()
         for d in devices:
             self.copies[d].put(None)
-        for thread in copiers:
-            thread.join()
+        for future in copiers:
+            future.result()
         if self.failure is not None:
             raise self.failure
         return max((r["end_s"] for r in self.rows), default=0.0)
+
+
+class _Workers:
+    """A compute thread and a copy thread per device, kept for every repeat of a run (so
+    no repeat pays for starting threads)."""
+
+    def __init__(self, devices: tuple[str, ...]) -> None:
+        self.compute = {d: ThreadPoolExecutor(1, thread_name_prefix=f"{d}-compute")
+                        for d in devices}
+        self.copy = {d: ThreadPoolExecutor(1, thread_name_prefix=f"{d}-copy") for d in devices}
+        pools = [*self.compute.values(), *self.copy.values()]
+        for started in [pool.submit(int) for pool in pools]:  # start the threads now
+            started.result()
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in [*self.compute.values(), *self.copy.values()]:
+            pool.shutdown(wait=True)
 
 
 def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | None = None,
@@ -285,10 +304,10 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
     staged = {op.output.name: engine.to_device(host[op.output.name], plan.placement[op.name])
               for op in plan.graph if op.kind == "input"}
     times: list[float] = []
-    with engine.session():
+    with engine.session(), _Workers(engine.devices) as workers:
         for i in range(warmup + repeats):
             run = _Run(plan, engine, staged, placed, resident)
-            elapsed = run.run()
+            elapsed = run.run(workers)
             if i >= warmup:
                 times.append(elapsed)
     return _result(plan, engine, run, times)

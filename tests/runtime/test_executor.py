@@ -114,3 +114,15 @@ def test_mlp_equals_torch_with_the_same_weights() -> None:
             x = torch.relu(x)
     np.testing.assert_allclose(run.outputs["softmax"], torch.softmax(x, -1).numpy(),
                                rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", ["alexnet", "vgg16", "stacked_autoencoder", "gpt2_small"])
+def test_every_other_zoo_model_runs_forward(name: str) -> None:
+    kwargs = {"seq_len": 16} if name == "gpt2_small" else {}
+    graph = build_model(name, **kwargs)
+    engine = NumpyEngine(devices=2)
+    run = execute(plan(graph, engine.cluster(), "heft"), engine, warmup=0, repeats=1)
+    for value in run.outputs.values():
+        assert np.isfinite(value).all()
+    if "softmax" in run.outputs:
+        np.testing.assert_allclose(run.outputs["softmax"].sum(axis=-1), 1.0, rtol=1e-5)
