@@ -126,3 +126,13 @@ def test_every_other_zoo_model_runs_forward(name: str) -> None:
         assert np.isfinite(value).all()
     if "softmax" in run.outputs:
         np.testing.assert_allclose(run.outputs["softmax"].sum(axis=-1), 1.0, rtol=1e-5)
+
+
+def test_a_fused_graph_is_refused_rather_than_run_wrong() -> None:
+    from workloads.passes import PassManager
+
+    fused, _ = PassManager(["fuse_elementwise"]).run(build_model("mlp"))
+    engine = NumpyEngine(devices=1)
+    with pytest.raises(GraphError, match=r"op 'fc1': fused chains \(it computes relu1 too\) "
+                                         r"have no kernel"):
+        execute(plan(fused, engine.cluster(), "single_device"), engine)
