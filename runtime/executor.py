@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -244,9 +245,9 @@ class _Run:
     def run(self, workers: _Workers) -> float:
         devices = self.engine.devices
         self.t0 = self.engine.now()
-        copiers = [workers.copy[d].submit(self._guard, lambda d=d: self._run_copies(d))
+        copiers = [workers.copy[d].submit(self._guard, partial(self._run_copies, d))
                    for d in devices]
-        compute = [workers.compute[d].submit(self._guard, lambda d=d: self._run_device(d))
+        compute = [workers.compute[d].submit(self._guard, partial(self._run_device, d))
                    for d in devices]
         for future in compute:
             future.result()
