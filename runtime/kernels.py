@@ -42,6 +42,13 @@ def kernel(*kinds: str) -> Callable[[Kernel], Kernel]:
 
 def kernel_for(op: Op) -> Kernel:
     """The kernel of ``op``'s kind; an op the IR can only cost is a clear error."""
+    from runtime.fused import is_fused, stages
+
+    if is_fused(op):
+        head, folded = stages(op)
+        for part in (head, *(stage for stage, _ in folded)):
+            kernel_for(part)
+        return _fused
     try:
         return KERNELS[op.kind]
     except KeyError:
@@ -54,6 +61,23 @@ def run_kernel(xp: Any, op: Op, inputs: Sequence[Array], weights: Mapping[str, A
                ) -> tuple[Array, ...]:
     """Run ``op`` on ``inputs`` (arrays of namespace ``xp``)."""
     return kernel_for(op)(xp, op, inputs, weights)
+
+
+def _fused(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    """A fused op: its first op, then each folded stage on what the one before computed
+    (weights of a stage under ``<stage>.<slot>``)."""
+    from runtime.fused import stages
+
+    head, folded = stages(op)
+    values = dict(zip(op.inputs, args, strict=True))
+    own = {k: v for k, v in w.items() if "." not in k}
+    (current,) = KERNELS[head.kind](xp, head, args[:len(head.inputs)], own)
+    for stage, chain in folded:
+        prefix = f"{stage.name}."
+        weights = {k[len(prefix):]: v for k, v in w.items() if k.startswith(prefix)}
+        stage_args = [current if t == chain else values[t] for t in stage.inputs]
+        (current,) = KERNELS[stage.kind](xp, stage, stage_args, weights)
+    return (current,)
 
 
 # -- dense algebra ------------------------------------------------------------------------

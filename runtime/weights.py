@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -63,9 +64,20 @@ def _rng(seed: int, name: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(name.encode())])
 
 
-def weight_arrays(op: Op, seed: int, dtype: np.dtype) -> dict[str, np.ndarray]:
+def weight_arrays(op: Op, seed: int, dtype: Any) -> dict[str, np.ndarray]:
     """Host arrays for ``op``'s weights: normal with variance 1/fan-in (activations keep
-    their scale through deep models), norms near identity, variances positive."""
+    their scale through deep models), norms near identity, variances positive. A fused op
+    holds its first op's and, under ``<stage>.<slot>``, each folded stage's: the same
+    values as the unfused ops have."""
+    from runtime.fused import is_fused, stages
+
+    if is_fused(op):
+        head, folded = stages(op)
+        merged = weight_arrays(head, seed, dtype)
+        for stage, _ in folded:
+            merged |= {f"{stage.name}.{k}": v
+                       for k, v in weight_arrays(stage, seed, dtype).items()}
+        return merged
     shapes = weight_shapes(op)
     rng = _rng(seed, op.name)
     out: dict[str, np.ndarray] = {}

@@ -96,6 +96,10 @@ class ElementwiseFusion(Pass):
     nothing else: one op (the producer's kind and class) computes both, and the intermediate
     tensor is neither written nor read back. Chains fold one link per round until none is
     left. Views (ops that move no bytes) are not fused into.
+
+    The fused op keeps what running it needs: ``attrs["fused_ops"]`` lists each folded
+    stage (kind, attributes, inputs, the tensor it reads from the stage before, parameter
+    count) and ``attrs["fused_head_inputs"]`` how many of its inputs the first op read.
     """
 
     name = "fuse_elementwise"
@@ -110,6 +114,20 @@ class ElementwiseFusion(Pass):
         if not modified:
             return graph, False
         return Graph(graph.name, list(state.ops.values()), graph.outputs), True
+
+
+_FUSION_KEYS = ("fused", "fused_head_inputs", "fused_ops")
+
+
+def _stage(consumer: Op, chain: str) -> dict[str, Any]:
+    """What executing ``consumer`` inside a fused op needs: its kind, attributes, own inputs
+    (``chain`` is the one the previous stage computes) and parameter count."""
+    own = consumer.attrs.get("fused_head_inputs", len(consumer.inputs))
+    chained = sum(s["params"] for s in consumer.attrs.get("fused_ops", ()))
+    return {"name": consumer.name, "kind": consumer.kind,
+            "attrs": {k: v for k, v in consumer.attrs.items() if k not in _FUSION_KEYS},
+            "inputs": consumer.inputs[:own], "chain": chain,
+            "params": consumer.params - chained}
 
 
 class _FusionState:
@@ -151,7 +169,13 @@ class _FusionState:
         self.ops[producer.name] = replace(
             producer, inputs=inputs, outputs=consumer.outputs,
             attrs={**producer.attrs,
-                   "fused": (*producer.attrs.get("fused", ()), consumer.name)},
+                   "fused": (*producer.attrs.get("fused", ()), consumer.name,
+                             *consumer.attrs.get("fused", ())),
+                   "fused_head_inputs": producer.attrs.get("fused_head_inputs",
+                                                           len(producer.inputs)),
+                   "fused_ops": (*producer.attrs.get("fused_ops", ()),
+                                 _stage(consumer, middle.name),
+                                 *consumer.attrs.get("fused_ops", ()))},
             flops=producer.flops + consumer.flops,
             bytes_read=producer.bytes_read + consumer.bytes_read - middle.nbytes,
             bytes_written=producer.bytes_written - middle.nbytes + consumer.bytes_written,
