@@ -239,7 +239,7 @@ def test_a_gantt_of_a_graph_named_like_mathtext(tmp_path) -> None:
 
 def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path) -> None:
     script = ("import time, experiments.cli as c\n"
-              "c._cmd_list = lambda a: time.sleep(30)\n"
+              "c.cmd_list = lambda a: time.sleep(30)\n"
               "raise SystemExit(c.main(['list', 'models']))\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE,
                             text=True)

@@ -1,0 +1,308 @@
+"""The ``placelab`` commands: each takes the parsed arguments, does its work and prints one
+result (one JSON object with ``--json``). Each imports what it needs when it runs, so that
+``--help`` and ``list`` stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workloads.errors import PlacelabError
+from workloads.io import STDOUT
+
+if TYPE_CHECKING:
+    from workloads.graph import Graph
+
+__all__ = ["FORMATS", "check_outputs", "dumps_json"]
+
+
+def emit(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    print(dumps_json(data) if args.json else text)
+
+
+def dumps_json(data: Any) -> str:
+    """Strict JSON: numpy scalars as numbers, NaN and infinity as null (every row that
+    lacks a number says why in its ``reason``)."""
+    return json.dumps(finite(data), allow_nan=False)
+
+
+def finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, str):  # numpy scalars
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def split(value: str, what: str = "value") -> list[str]:
+    """A comma-separated list of names: none empty, none twice."""
+    names = [v.strip() for v in value.split(",")]
+    if not value.strip() or any(not n for n in names):
+        raise PlacelabError(f"--{what}: expected comma-separated names, got {value!r}")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise PlacelabError(f"--{what}: expected each name once, got {twice[0]!r} twice")
+    return names
+
+
+FIGURE = (".png", ".svg", ".pdf")
+#: Output files by command and option, checked before any work starts.
+FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
+    "compare": {"plot": FIGURE, "out": (".parquet", ".csv")},
+    "simulate": {"gantt": FIGURE, "trace": (".json",)},
+    "run": {"trace": (".json",)},
+    "model": {"save": (".json",)},
+}
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    for option, suffixes in FORMATS.get(args.command, {}).items():
+        path = getattr(args, option, None)
+        if not path or (path == STDOUT and option in ("trace", "save")):
+            continue
+        if path == STDOUT and args.json:
+            raise PlacelabError(f"--{option} -: standard output already carries --json")
+        if path != STDOUT and Path(path).suffix.lower() not in suffixes:
+            raise PlacelabError(f"--{option} {path}: expected a file ending in "
+                                f"{', '.join(suffixes)}, got {Path(path).suffix or 'none'!r}")
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    from hwmodels.registry import list_clusters, list_devices
+    from policies.base import POLICIES
+    from workloads.zoo import list_models
+
+    listing: dict[str, Callable[[], list[str]]] = {
+        "models": list_models, "devices": list_devices, "clusters": list_clusters,
+        "policies": POLICIES.names,
+    }
+    items = listing[args.what]()
+    emit(args, {args.what: items}, "\n".join(items))
+
+
+def load_graph(args: argparse.Namespace) -> Graph:
+    from workloads.graph import Graph
+    from workloads.passes import PassManager
+    from workloads.training import training_graph
+    from workloads.zoo import build_model
+
+    if getattr(args, "graph", None):
+        graph = Graph.load(args.graph)
+    else:
+        graph = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    if args.train:
+        graph = training_graph(graph, args.optimizer)
+    if getattr(args, "passes", None):
+        graph, _ = PassManager(split(args.passes, "passes")).run(graph)
+    return graph
+
+
+def cmd_model_show(args: argparse.Namespace) -> None:
+    args.model, args.graph = args.name, None
+    summary = load_graph(args).summary()
+    summary.update(batch=args.batch, train=args.train,
+                   optimizer=args.optimizer if args.train else None)
+    text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
+                     for k, v in summary.items())
+    emit(args, summary, text)
+
+
+def cmd_model_import(args: argparse.Namespace) -> None:
+    from workloads.importers import import_onnx
+    from workloads.io import write_text_atomic
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = import_onnx(args.file, batch=args.batch)
+    notes = [str(w.message) for w in caught]
+    for note in notes:
+        sys.stderr.write(f"placelab: warning: {note}\n")
+    summary = {**graph.summary(), "batch": args.batch, "warnings": notes}
+    if args.save:
+        write_text_atomic(args.save, graph.to_json())
+        summary["saved"] = args.save
+    text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
+                     for k, v in summary.items() if k != "warnings")
+    emit(args, summary, text)
+
+
+def cmd_hw_list(args: argparse.Namespace) -> None:
+    from hwmodels.registry import get_cluster, get_device, list_clusters, list_devices, source_of
+
+    rows = [{"type": "device", "name": n, "kind": get_device(n).kind,
+             "source": source_of("device", n)} for n in list_devices()]
+    rows += [{"type": "cluster", "name": n, "kind": f"{len(get_cluster(n).devices)} devices",
+              "source": source_of("cluster", n)} for n in list_clusters()]
+    text = "\n".join(f"{r['type']:<8} {r['name']:<22} {r['kind']:<11} {r['source']}"
+                     for r in rows)
+    emit(args, {"hardware": rows}, text)
+
+
+def cmd_hw_show(args: argparse.Namespace) -> None:
+    from hwmodels.registry import get_cluster, get_device, list_devices, source_of
+    from hwmodels.toml_io import cluster_table, device_table, dumps
+
+    if args.name in list_devices():
+        device = get_device(args.name)
+        data = {"type": "device", **device_table(device)}
+        text = dumps(devices=[device])
+    else:
+        cluster = get_cluster(args.name)
+        data = {"type": "cluster", **cluster_table(cluster)}
+        text = dumps(clusters=[cluster])
+    data["source"] = source_of(data["type"], args.name)
+    emit(args, data, text.rstrip())
+
+
+def cmd_hw_register(args: argparse.Namespace) -> None:
+    from hwmodels.registry import list_clusters, list_devices, register_file
+
+    before_d, before_c = set(list_devices()), set(list_clusters())
+    stored = register_file(args.file)
+    devices = sorted(set(list_devices()) - before_d)
+    clusters = sorted(set(list_clusters()) - before_c)
+    text = (f"registered devices: {', '.join(devices) or '-'}; clusters: "
+            f"{', '.join(clusters) or '-'}\nstored in {stored}")
+    emit(args, {"devices": devices, "clusters": clusters, "stored": str(stored)}, text)
+
+
+def cmd_hw_remove(args: argparse.Namespace) -> None:
+    from hwmodels.registry import remove
+
+    path, devices, clusters = remove(args.name)
+    text = (f"removed devices: {', '.join(devices) or '-'}; clusters: "
+            f"{', '.join(clusters) or '-'}\ndeleted {path}")
+    emit(args, {"devices": devices, "clusters": clusters, "removed": str(path)}, text)
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    from hwmodels.cost import make_cost_model
+    from hwmodels.registry import get_cluster
+    from policies.base import POLICIES, plan
+    from policies.bounds import lower_bound
+    from sim.engine import simulate
+
+    if not args.model and not args.graph:
+        raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
+    graph = load_graph(args)
+    cluster = get_cluster(args.cluster)
+    POLICIES.get(args.policy)
+    cost = make_cost_model(args.cost, cluster, args.cost_file)
+    p = plan(graph, cluster, args.policy, cost)
+    result = simulate(p, cluster, cost, order=args.order)
+    if args.trace:
+        result.write_chrome_trace(args.trace)
+    if args.gantt:
+        result.write_gantt(args.gantt, title=f"{graph.name} on {cluster.name}, {args.policy}")
+    bound = lower_bound(graph, cluster, cost)
+    data = {"model": graph.name, "batch": args.batch if not args.graph else None,
+            "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
+            "order": args.order, "placement_s": p.placement_s, "lower_bound_s": bound,
+            "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
+            **result.summary()}
+    lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
+             f"  makespan     {result.makespan_s * 1e3:.3f} ms"
+             + (f"  ({result.makespan_s / bound:.2f}x the lower bound "
+                f"{bound * 1e3:.3f} ms)" if bound > 0 else ""),
+             f"  feasible     {result.feasible}" + (f" ({result.reason})" if result.reason
+                                                     else ""),
+             f"  transfers    {result.transfer_bytes / 1e6:.1f} MB",
+             f"  placement    {p.placement_s * 1e3:.1f} ms of policy time"]
+    for d in cluster.device_names:
+        lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
+                     f"{result.peak_memory_bytes[d] / 1e9:7.3f} GB")
+    lines += [f"  {what:<12} {path}" for what, path in (("trace", args.trace),
+                                                         ("gantt", args.gantt)) if path]
+    emit(args, data, "\n".join(lines))
+
+
+def make_engine(kind: str, devices: int) -> Any:
+    from runtime.cupy_engine import CupyEngine
+    from runtime.engine import NumpyEngine
+
+    return NumpyEngine(devices=devices) if kind == "cpu" else CupyEngine(devices=devices)
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from hwmodels.cost import RooflineCost
+    from policies.base import POLICIES, plan
+    from runtime.executor import execute
+    from sim.engine import simulate
+
+    if not args.model and not args.graph:
+        raise PlacelabError("run: expected --model NAME or --graph FILE, got neither")
+    if args.train:
+        raise PlacelabError("run: --train needs backward kernels, which the runtime does "
+                            "not have yet; expected a forward graph")
+    graph = load_graph(args)
+    POLICIES.get(args.policy)
+    engine = make_engine(args.engine, args.devices)
+    cluster = engine.cluster()
+    cost = RooflineCost(cluster)
+    p = plan(graph, cluster, args.policy, cost)
+    measured = execute(p, engine, warmup=args.warmup, repeats=args.repeats, seed=args.seed)
+    predicted = simulate(p, cluster, cost)
+    if args.trace:
+        measured.write_chrome_trace(args.trace)
+    low, high = measured.spread_s
+    data = {"model": graph.name, "batch": args.batch if not args.graph else None,
+            "engine": args.engine, "devices": list(engine.devices), "policy": args.policy,
+            "makespan_s": measured.makespan_s, "makespan_min_s": low, "makespan_max_s": high,
+            "repeats": args.repeats, "peak_memory_bytes": measured.peak_memory_bytes,
+            "predicted_makespan_s": predicted.makespan_s,
+            "predicted_peak_memory_bytes": predicted.peak_memory_bytes,
+            "cost_model": "roofline (uncalibrated)", "transfer_bytes": p.transfer_bytes}
+    lines = [f"{graph.name} on {engine.name} x{len(engine.devices)} with {args.policy} "
+             f"({args.repeats} repeats):",
+             f"  measured     {measured.makespan_s * 1e3:.3f} ms  (spread {low * 1e3:.3f} - "
+             f"{high * 1e3:.3f} ms)",
+             f"  predicted    {predicted.makespan_s * 1e3:.3f} ms  (uncalibrated roofline; "
+             f"placelab calibrate measures this machine)",
+             f"  transfers    {p.transfer_bytes / 1e6:.1f} MB"]
+    for d in engine.devices:
+        lines.append(f"  {d:<12} peak memory measured {measured.peak_memory_bytes[d] / 1e6:9.1f}"
+                     f" MB, simulated {predicted.peak_memory_bytes[d] / 1e6:9.1f} MB")
+    if args.trace:
+        lines.append(f"  trace        {args.trace}")
+    emit(args, data, "\n".join(lines))
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from experiments.comparison import compare
+    from experiments.results import format_table, plot_compare, write_results
+
+    policies = "all" if args.policies == "all" else split(args.policies, "policies")
+    df = compare(split(args.model, "model"), split(args.cluster, "cluster"), policies,
+                 batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
+                 passes=split(args.passes, "passes") if args.passes else ())
+    if args.out:
+        write_results(df, args.out)
+    if args.plot:
+        plot_compare(df, args.plot)
+    data = {"rows": df.to_dict(orient="records"), "out": args.out, "plot": args.plot}
+    text = format_table(df) + "".join(
+        f"\n{what}: {path}" for what, path in (("results", args.out), ("plot", args.plot))
+        if path)
+    emit(args, data, text)
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from experiments.demo import run_demo
+
+    report = run_demo(Path(args.out), echo=None if args.json else print)
+    if args.json:
+        print(dumps_json(report))
