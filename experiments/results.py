@@ -32,7 +32,8 @@ def read_results(path: str | Path) -> pd.DataFrame:
 
 
 def format_table(df: pd.DataFrame) -> str:
-    """The comparison as a fixed-width text table, times in milliseconds."""
+    """The comparison as a fixed-width text table, times in milliseconds, with the reason of
+    every infeasible row below it."""
     view = pd.DataFrame({
         "model": df["model"], "step": df["step"], "cluster": df["cluster"],
         "policy": df["policy"],
@@ -49,10 +50,11 @@ def format_table(df: pd.DataFrame) -> str:
         view["solver"] = [f"{s} (gap {g:.1%})" if isinstance(s, str) else ""
                           for s, g in zip(df["solver_status"], df["solver_gap"].fillna(0.0),
                                           strict=True)]
-    if (~df["feasible"]).any():
-        view["reason"] = [r if not f else "" for r, f in zip(df["reason"], df["feasible"],
-                                                              strict=True)]
-    return view.to_string(index=False)
+    notes = [f"  {m} {st} on {c}, {p}: {r}" for m, st, c, p, r, f in
+             zip(df["model"], df["step"], df["cluster"], df["policy"], df["reason"],
+                 df["feasible"], strict=True) if not f]
+    text = view.to_string(index=False)
+    return text + ("\ninfeasible:\n" + "\n".join(notes) if notes else "")
 
 
 def plot_compare(df: pd.DataFrame, path: str | Path) -> Path:
