@@ -25,7 +25,7 @@ from typing import Any
 from workloads.errors import GraphError
 from workloads.op import Op
 
-__all__ = ["KERNELS", "Kernel", "kernel_for", "run_kernel"]
+__all__ = ["KERNELS", "Kernel", "kernel_for", "run_kernel", "windows"]
 
 Array = Any
 Kernel = Callable[[Any, Op, Sequence[Array], Mapping[str, Array]], tuple[Array, ...]]
@@ -124,7 +124,7 @@ def _device(x: Array) -> Any:
     return device(x)
 
 
-def _windows(xp: Any, x: Array, op: Op, pad_value: float) -> tuple[Array, int, int]:
+def windows(xp: Any, x: Array, op: Op, pad_value: float) -> tuple[Array, int, int]:
     """Every kernel position's strided view of the padded input, stacked on a new axis 2:
     ``(n, c, kh * kw, ho, wo)`` (im2col without strided tricks the standard lacks)."""
     if "kernel" not in op.attrs:
@@ -146,7 +146,7 @@ def _conv2d(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> t
     groups = op.attrs.get("groups", 1)
     n, _c = args[0].shape[:2]
     out, cg, kh, kw = weight.shape
-    cols, ho, wo = _windows(xp, args[0], op, 0.0)          # (n, c, k, ho, wo)
+    cols, ho, wo = windows(xp, args[0], op, 0.0)          # (n, c, k, ho, wo)
     cols = xp.reshape(cols, (n, groups, cg * kh * kw, ho * wo))
     wg = xp.reshape(weight, (1, groups, out // groups, cg * kh * kw))
     y = xp.matmul(wg, cols)                                 # (n, g, out/g, ho*wo)
@@ -161,7 +161,7 @@ def _conv2d(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> t
 
 @kernel("max_pool2d")
 def _max_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
-    cols, _, _ = _windows(xp, args[0], op, -math.inf)
+    cols, _, _ = windows(xp, args[0], op, -math.inf)
     return (xp.max(cols, axis=2),)
 
 
@@ -169,12 +169,12 @@ def _max_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) ->
 def _avg_pool(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
     if "output_size" in op.attrs:
         return (_adaptive_avg(xp, args[0], op.attrs["output_size"]),)
-    cols, _ho, _wo = _windows(xp, args[0], op, 0.0)
+    cols, _ho, _wo = windows(xp, args[0], op, 0.0)
     if op.attrs.get("count_include_pad", True) or not any(op.attrs.get("padding", (0, 0))):
         return (xp.mean(cols, axis=2),)
     ones = xp.ones((1, 1, *tuple(args[0].shape[2:])), dtype=args[0].dtype,
                    device=_device(args[0]))
-    count, _, _ = _windows(xp, ones, op, 0.0)
+    count, _, _ = windows(xp, ones, op, 0.0)
     return (xp.sum(cols, axis=2) / xp.sum(count, axis=2),)
 
 
