@@ -4,9 +4,10 @@ For every forward op on a path to the loss there is one ``backward`` op. It read
 gradients of the op's outputs (summing contributions of several readers), the op's inputs
 (activations saved in the forward pass, so they stay alive until it runs) and its weights;
 it writes a gradient for each input that needs one and, for an op with weights, a weight
-gradient. FLOPs: matmul and convolution pay the forward FLOPs once for the input gradient and
-once for the weight gradient (so a step costs about three forwards); other classes pay the
-forward FLOPs once. Each weight gets an update op that reads its gradient(s) and holds the
+gradient. FLOPs: matmul and convolution pay the forward FLOPs once per gradient they
+compute, each activation operand's and the weights' (so a step costs about three forwards,
+and a product of two activations such as attention's Q.K^T pays twice); other classes pay
+the forward FLOPs once. Each weight gets an update op that reads its gradient(s) and holds the
 optimizer's state as resident bytes. Weights shared across ops (``attrs["shares"]``) collect
 every user's gradient in the owner's update.
 """
@@ -86,7 +87,9 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], needs: set[str],
     if weights:
         outs.append(Tensor(f"{op.name}.wgrad", (weights[1],), op.dtype))
     dense = op.op_class in ("matmul", "conv")
-    flops = op.flops * ((1 if grad_of else 0) + (1 if weights else 0)) if dense else op.flops
+    # A dense op pays its forward FLOPs once per gradient it computes: each activation
+    # operand's (both of Q.K^T's) and the weights'.
+    flops = op.flops * (len(grad_of) + (1 if weights else 0)) if dense else op.flops
     weight_bytes = weights[1] * itemsize if weights else 0
     saved = sum(forward.tensor(n).nbytes for n in dict.fromkeys(op.inputs))
     reads = sum(tensors[n].nbytes for n in grads_in) + saved + weight_bytes

@@ -65,3 +65,31 @@ def test_unknown_optimizer_is_named() -> None:
     with pytest.raises(GraphError, match="optimizer must be one of sgd, momentum, adam, "
                                          "got 'lion'"):
         training_graph(build_model("mlp"), "lion")
+
+
+def test_a_product_of_two_activations_pays_for_both_gradients_as_torch_counts() -> None:
+    # Attention's scores = Q @ K^T: the backward computes dQ and dK, two matmuls of the
+    # forward's size. PyTorch's FlopCounterMode around backward() is the reference.
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workloads import GraphBuilder
+
+    b = GraphBuilder("qk")
+    x = b.input((2, 8, 16))
+    q, k = b.linear(x, 16, bias=False, name="q"), b.linear(x, 16, bias=False, name="k")
+    kt = b.transpose(k, (0, 2, 1), name="kt")
+    b.softmax(b.matmul(q, kt, name="scores"), name="probs")
+    step = training_graph(b.build())
+    ours = step.op("scores.backward").flops + step.op("q.backward").flops + \
+        step.op("k.backward").flops
+
+    xt = torch.randn(2, 8, 16, requires_grad=True)
+    wq = torch.randn(16, 16, requires_grad=True)
+    wk = torch.randn(16, 16, requires_grad=True)
+    scores = (xt @ wq) @ (xt @ wk).transpose(1, 2)
+    with FlopCounterMode(display=False) as counter:
+        scores.backward(torch.ones_like(scores))
+    # x's own gradient through q and k is not asked of the graph (x is a graph input)
+    x_grads = 2 * 2 * (2 * 8 * 16 * 16)
+    assert ours == counter.get_total_flops() - x_grads
