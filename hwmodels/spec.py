@@ -133,6 +133,13 @@ class Device:
     def __hash__(self) -> int:
         return hash((self.name, self.model))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Read-only mappings do not pickle: rebuild from plain ones (process pools, Dask).
+        return (Device, (self.name, self.kind, dict(self.peak), self.memory_bytes,
+                         self.memory_bandwidth, self.launch_overhead_s, self.compute_streams,
+                         self.copy_engines, dict(self.efficiency), self.model,
+                         self.description))
+
     def peak_flops(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; error naming the device if it has no such unit."""
         try:
@@ -227,6 +234,11 @@ class Cluster:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The definition travels; routes and other caches are rebuilt where it lands.
+        return (Cluster, (self.name, self.devices, self.links, self.switches, dict(self.hosts),
+                          self.description))
 
     def _validate(self) -> None:
         owner = f"cluster {self.name!r}"

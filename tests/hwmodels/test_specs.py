@@ -132,3 +132,24 @@ def test_routes_on_random_trees_are_contiguous_paths(n: int, rnd) -> None:
 
 def test_toy_cluster_helper_is_a_chain() -> None:
     assert len(toy_cluster(3).route("d0", "d2")) == 2
+
+
+def test_specs_and_cost_models_pickle_for_process_pools() -> None:
+    # Sweeps send clusters and cost models to worker processes (a pool, a Dask cluster).
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from hwmodels import RooflineCost
+    from tests.hwmodels.pool_work import makespan_in_a_worker
+
+    cluster = get_cluster("dgx1-v100")
+    again = pickle.loads(pickle.dumps(cluster))
+    assert again == cluster and again.definition_hash == cluster.definition_hash
+    assert again.route("gpu0", "gpu5") == cluster.route("gpu0", "gpu5")
+    cost = pickle.loads(pickle.dumps(RooflineCost(cluster)))
+    assert cost.cluster == cluster
+    device = get_device("a100-sxm4-80gb")
+    assert pickle.loads(pickle.dumps(device)) == device
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        there = pool.submit(makespan_in_a_worker, cluster, RooflineCost(cluster)).result()
+    assert there == makespan_in_a_worker(cluster, RooflineCost(cluster))
