@@ -150,3 +150,17 @@ def test_torch_modules_import() -> None:
     assert [op.flops for op in matmuls] == [2 * 2 * 4 * 16 * 16 * 16] * 2
     # every op after the input is connected to it (the chunk's items depend on qkv)
     assert all(t.predecessors(op.name) for op in t if op.kind != "input")
+
+
+def test_torch_import_takes_a_bare_tensor_and_names_bad_inputs() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from workloads.importers import import_torch
+
+    net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    assert import_torch(net, torch.zeros(2, 8)).params == 36
+    with pytest.raises(GraphError, match=r"example_inputs must be a tensor or a sequence of "
+                                         r"tensors, got int"):
+        import_torch(net, 5)
+    with pytest.raises(GraphError, match=r"^torch module Sequential: cannot trace it: "
+                                         r"RuntimeError: [^\n]*$"):
+        import_torch(net, torch.zeros(2, 9))

@@ -111,9 +111,10 @@ def _target_name(node: Any) -> str:
     return getattr(target, "__name__", str(target)).lower()
 
 
-def import_torch(module: Any, example_inputs: Sequence[Any], *,
+def import_torch(module: Any, example_inputs: Any, *,
                  name: str | None = None) -> Graph:
-    """Trace ``module`` on ``example_inputs`` into a Graph.
+    """Trace ``module`` on ``example_inputs`` (a tensor or a sequence of tensors) into a
+    Graph.
 
     >>> import torch
     >>> net = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
@@ -126,12 +127,22 @@ def import_torch(module: Any, example_inputs: Sequence[Any], *,
         from torch.fx.passes.shape_prop import ShapeProp
     except ImportError as err:
         raise GraphError("torch import needs PyTorch: pip install 'placelab[torch]'") from err
+    import torch
+
+    if isinstance(example_inputs, torch.Tensor):  # one input given bare: the usual slip
+        example_inputs = (example_inputs,)
+    if not isinstance(example_inputs, Sequence) or not all(
+            isinstance(x, torch.Tensor) for x in example_inputs):
+        raise GraphError(f"torch module {type(module).__name__}: example_inputs must be a "
+                         f"tensor or a sequence of tensors, got "
+                         f"{type(example_inputs).__name__}")
     try:
         traced = fx.symbolic_trace(module)
         ShapeProp(traced).propagate(*example_inputs)
     except Exception as err:  # tracing raises many unrelated types
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise GraphError(f"torch module {type(module).__name__}: cannot trace it: "
-                         f"{type(err).__name__}: {err}") from err
+                         f"{type(err).__name__}: {first}") from None
     return _convert(traced, name or type(module).__name__.lower())
 
 
