@@ -45,9 +45,10 @@ def finite(value: Any) -> Any:
     return value
 
 
-def split(value: str, what: str = "value") -> list[str]:
-    """A comma-separated list of names: none empty, none twice."""
-    names = [v.strip() for v in value.split(",")]
+def split(value: str, what: str = "value", parts: list[str] | None = None) -> list[str]:
+    """A comma-separated list of names (or ``parts`` already cut from ``value``): none
+    empty, none twice."""
+    names = [v.strip() for v in (value.split(",") if parts is None else parts)]
     if not value.strip() or any(not n for n in names):
         raise PlacelabError(f"--{what}: expected comma-separated names, got {value!r}")
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -192,7 +193,7 @@ def cmd_hw_remove(args: argparse.Namespace) -> None:
 def cmd_simulate(args: argparse.Namespace) -> None:
     from hwmodels.cost import make_cost_model
     from hwmodels.registry import get_cluster
-    from policies.base import POLICIES, plan
+    from policies.base import make_policy, plan
     from policies.bounds import lower_bound
     from sim.engine import simulate
 
@@ -200,7 +201,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
     graph = load_graph(args)
     cluster = get_cluster(args.cluster)
-    POLICIES.get(args.policy)
+    make_policy(args.policy)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
     p = plan(graph, cluster, args.policy, cost)
     result = simulate(p, cluster, cost, order=args.order)
@@ -239,7 +240,7 @@ def make_engine(kind: str, devices: int) -> Any:
 
 def cmd_run(args: argparse.Namespace) -> None:
     from hwmodels.cost import RooflineCost
-    from policies.base import POLICIES, plan
+    from policies.base import make_policy, plan
     from runtime.executor import execute
     from sim.engine import simulate
 
@@ -249,7 +250,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         raise PlacelabError("run: --train needs backward kernels, which the runtime does "
                             "not have yet; expected a forward graph")
     graph = load_graph(args)
-    POLICIES.get(args.policy)
+    make_policy(args.policy)
     engine = make_engine(args.engine, args.devices)
     cluster = engine.cluster()
     cost = RooflineCost(cluster)
@@ -284,8 +285,10 @@ def cmd_run(args: argparse.Namespace) -> None:
 def cmd_compare(args: argparse.Namespace) -> None:
     from experiments.comparison import compare
     from experiments.results import format_table, plot_compare, write_results
+    from policies.base import split_policies
 
-    policies = "all" if args.policies == "all" else split(args.policies, "policies")
+    policies = "all" if args.policies == "all" else split(
+        args.policies, "policies", split_policies(args.policies))
     df = compare(split(args.model, "model"), split(args.cluster, "cluster"), policies,
                  batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
                  passes=split(args.passes, "passes") if args.passes else ())

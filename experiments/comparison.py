@@ -10,7 +10,7 @@ import pandas as pd
 from hwmodels.cost import make_cost_model
 from hwmodels.registry import get_cluster
 from hwmodels.spec import Cluster
-from policies.base import POLICIES, plan
+from policies.base import POLICIES, make_policy, plan
 from policies.bounds import lower_bound
 from sim.engine import simulate
 from workloads.errors import PlacementError
@@ -42,7 +42,7 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
     ``feasible=False`` and its reason, not an exception."""
     cost_model = make_cost_model(cost, cluster)
     try:
-        p = plan(graph, cluster, policy, cost_model)
+        p = plan(graph, cluster, make_policy(policy), cost_model)
     except PlacementError as err:
         return {"model": graph.name.split(".")[0], "batch": batch, "step": _step(graph),
                 "cluster": cluster.name, "policy": policy, "makespan_s": float("nan"),
@@ -90,7 +90,7 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
     for what, items in (("models", models), ("clusters", clusters), ("policies", names)):
         _check_names(what, items)
     for name in names:
-        POLICIES.get(name)
+        make_policy(name)
     rows = []
     for model in models:
         graph = build_model(model, batch=batch)

@@ -20,7 +20,8 @@ from workloads.graph import Graph
 from workloads.registry import Registry
 
 __all__ = ["POLICIES", "PlacementPolicy", "Seed", "check_number", "check_seed", "make_policy",
-           "make_rng", "plan", "register_policy", "seed_int", "check_cost_binding"]
+           "make_rng", "plan", "register_policy", "seed_int", "check_cost_binding",
+           "split_policies"]
 
 
 class PlacementPolicy(ABC):
@@ -126,9 +127,64 @@ def register_policy(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
     return cls
 
 
-def make_policy(name: str) -> PlacementPolicy:
-    """A registered policy with its default parameters."""
-    return POLICIES.get(name)()
+def make_policy(spec: str) -> PlacementPolicy:
+    """A registered policy from ``name`` or ``name:key=value,key=value`` (its constructor's
+    parameters, each value read as the type of the parameter's default).
+
+    >>> make_policy("random:seed=3")
+    RandomPlacement(seed=3)
+    >>> make_policy("optimal:node_limit=50,max_ops=12")
+    Optimal(node_limit=50, max_ops=12, time_limit_s=None)
+    """
+    name, _, given = spec.partition(":")
+    cls = POLICIES.get(name)
+    if not given:
+        return cls()
+    params = {p.name: p for p in inspect.signature(cls.__init__).parameters.values()
+              if p.name != "self"}
+    kwargs: dict[str, Any] = {}
+    for item in given.split(","):
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or key not in params:
+            raise PlacementError(f"policy {name!r}: expected parameters key=value with keys "
+                                 f"among {', '.join(params) or 'none'}, got {item!r}")
+        kwargs[key] = _parse_value(name, key, text.strip(), params[key].default)
+    return cls(**kwargs)
+
+
+def _parse_value(policy: str, key: str, text: str, default: Any) -> Any:
+    """``text`` as the type of ``default`` (a number or None where the default is None)."""
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise ValueError(text)
+            return text.lower() == "true"
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+        if default is None:
+            return None if text.lower() == "none" else (
+                int(text) if text.lstrip("-").isdigit() else float(text))
+    except ValueError:
+        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(
+            type(default), "a number or none")
+        raise PlacementError(f"policy {policy!r}: {key} must be {kind}, got "
+                             f"{text!r}") from None
+    return text
+
+
+def split_policies(text: str) -> list[str]:
+    """``"heft,optimal:node_limit=50,max_ops=12"`` -> ``["heft", "optimal:node_limit=50,
+    max_ops=12"]``: a comma followed by ``key=value`` continues the policy before it."""
+    specs: list[str] = []
+    for token in text.split(","):
+        if "=" in token and ":" not in token and specs:
+            specs[-1] += "," + token
+        else:
+            specs.append(token)
+    return specs
 
 
 def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
@@ -184,8 +240,11 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     if order is None:
         order = order_by_priority(graph, proposal.devices, proposal.priority)
     _check_runnable(graph, cluster, cost, proposal.devices, policy.name)
+    info = {**(proposal.info or {}), "policy_params": {
+        k: v if isinstance(v, int | float | str | bool | None) else repr(v)
+        for k, v in policy.get_params().items()}}
     result = Plan(graph, proposal.devices, order, policy=policy.name,
                   priority=proposal.priority, placement_s=elapsed,
-                  estimated_makespan_s=proposal.estimated_makespan_s, info=proposal.info,
+                  estimated_makespan_s=proposal.estimated_makespan_s, info=info,
                   cluster=cluster.name, cluster_hash=cluster.definition_hash)
     return result.validate(cluster)

@@ -179,3 +179,26 @@ def test_repr_shows_parameters() -> None:
     assert repr(Optimal(node_limit=50)) == "Optimal(node_limit=50, max_ops=30, time_limit_s=None)"
     assert repr(POLICIES.get("metis")(seed=3)) == "Metis(seed=3)"
     assert repr(POLICIES.get("heft")()) == "HEFT()"
+
+
+def test_policies_take_parameters_by_name() -> None:
+    from policies.base import make_policy, split_policies
+
+    assert repr(make_policy("random:seed=3")) == "RandomPlacement(seed=3)"
+    assert make_policy("optimal:node_limit=50,max_ops=12,time_limit_s=2.5").get_params() == {
+        "node_limit": 50, "max_ops": 12, "time_limit_s": 2.5}
+    assert split_policies("heft,optimal:node_limit=50,max_ops=12,random:seed=3") == [
+        "heft", "optimal:node_limit=50,max_ops=12", "random:seed=3"]
+    graph, cluster = random_dag(20, seed=4), get_cluster("hetero-box")
+    p = plan(graph, cluster, "random:seed=7")
+    assert p.info["policy_params"] == {"seed": 7}
+    assert p.placement == plan(graph, cluster, POLICIES.get("random")(seed=7)).placement
+    with pytest.raises(PlacementError, match=r"policy 'random': expected parameters key=value "
+                                             r"with keys among seed, got 'sede=3'"):
+        make_policy("random:sede=3")
+    with pytest.raises(PlacementError, match=r"policy 'optimal': node_limit must be an "
+                                             r"integer, got '1.5'"):
+        make_policy("optimal:node_limit=1.5")
+    with pytest.raises(PlacementError, match=r"policy 'pipeline': max_blocks must be an int "
+                                             r">= 1, got 0"):
+        make_policy("pipeline:max_blocks=0")
