@@ -26,7 +26,7 @@ from experiments.commands import (
     cmd_run,
     cmd_simulate,
 )
-from sim.options import ORDERS
+from sim.options import LINK_MODELS, ORDERS
 from workloads.errors import PlacelabError
 from workloads.training import OPTIMIZERS
 
@@ -137,6 +137,9 @@ def _add_run_commands(sub: Any) -> None:
                    help="cost model: roofline (default), table, calibrated")
     p.add_argument("--cost-file", help="the table or calibration file the cost model reads")
     _add_workload(p)
+    p.add_argument("--links", choices=LINK_MODELS, default="fcfs",
+                   help="fcfs: a copy engine and a link channel carry one transfer at a time; "
+                        "none: no contention (a list scheduler's own model)")
     p.add_argument("--order", choices=ORDERS, default="plan",
                    help="plan: devices follow the plan's order; priority: each device "
                         "starts its highest-priority ready op")

@@ -204,7 +204,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     make_policy(args.policy)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
     p = plan(graph, cluster, args.policy, cost)
-    result = simulate(p, cluster, cost, order=args.order)
+    result = simulate(p, cluster, cost, order=args.order, links=args.links)
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
@@ -212,7 +212,8 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     bound = lower_bound(graph, cluster, cost)
     data = {"model": graph.name, "batch": args.batch if not args.graph else None,
             "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
-            "order": args.order, "placement_s": p.placement_s, "lower_bound_s": bound,
+            "order": args.order, "links": args.links, "placement_s": p.placement_s,
+            "lower_bound_s": bound,
             "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
             **result.summary()}
     lines = [f"{graph.name} on {cluster.name} with {args.policy}:",

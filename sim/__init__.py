@@ -16,14 +16,14 @@ from workloads.lazy import attach
 if TYPE_CHECKING:
     from sim.engine import simulate
     from sim.gantt import plot_gantt
-    from sim.options import ORDERS
+    from sim.options import LINK_MODELS, ORDERS
     from sim.result import TRACE_COLUMNS, SimResult, TraceColumns, chrome_trace
 
-_WHERE = {"ORDERS": "options", "TRACE_COLUMNS": "result", "SimResult": "result",
-          "TraceColumns": "result", "chrome_trace": "result", "plot_gantt": "gantt",
+_WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "result",
+          "SimResult": "result", "TraceColumns": "result", "chrome_trace": "result", "plot_gantt": "gantt",
           "simulate": "engine"}
 
-__all__ = ["ORDERS", "TRACE_COLUMNS", "SimResult", "TraceColumns", "chrome_trace",
+__all__ = ["LINK_MODELS", "ORDERS", "TRACE_COLUMNS", "SimResult", "TraceColumns", "chrome_trace",
            "plot_gantt", "simulate"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

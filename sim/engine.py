@@ -32,6 +32,7 @@ import gc
 import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import simpy
@@ -41,7 +42,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
 from policies.plans import Plan
-from sim.options import ORDERS
+from sim.options import LINK_MODELS, ORDERS
 from sim.result import SimResult, TraceColumns
 from workloads.arrays import GraphArrays
 from workloads.errors import PlacementError
@@ -386,12 +387,51 @@ class _PrioritySimulation(_Simulation):
             self._start_op(op, d, free.pop())
 
 
+class _NoContention:
+    """Links and copy engines without limit: a transfer starts as soon as its tensor is
+    ready and takes the contention-free time (the model list schedulers plan with)."""
+
+    def _start_transfer(self: Any, k: int) -> None:
+        now = self.env._now
+        end = now + self.t_duration[k]
+        self.t_start[k], self.t_end[k], self.t_engine[k] = now, end, 0
+        dst = self.t_dst[k]
+        used = self.used[dst] + self.t_bytes[k]
+        self.used[dst] = used
+        self.timeline.extend((now, dst, used))
+        if used > self.peak[dst]:
+            self._new_peak(dst, used, -1, k)
+        event = Event(self.env)
+        event._ok = True
+        event._value = k
+        event.callbacks.append(self._on_transfer_done)
+        self.env.schedule(event, NORMAL, end - now)
+
+
+class _UncontendedSimulation(_NoContention, _Simulation):
+    """Plan order, no contention."""
+
+
+class _UncontendedPrioritySimulation(_NoContention, _PrioritySimulation):
+    """Priority order, no contention."""
+
+
+_RUNS: dict[tuple[str, str], type[_Simulation]] = {
+    ("plan", "fcfs"): _Simulation, ("priority", "fcfs"): _PrioritySimulation,
+    ("plan", "none"): _UncontendedSimulation,
+    ("priority", "none"): _UncontendedPrioritySimulation,
+}
+
+
 def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0",
-             order: str = "plan") -> SimResult:
+             order: str = "plan", links: str = "fcfs") -> SimResult:
     """Execute ``plan`` on ``cluster`` in simulated time and return the result.
 
     ``order`` is ``"plan"`` (each device follows the plan's order) or ``"priority"`` (each
-    device starts its highest-priority ready op; needs ``plan.priority``).
+    device starts its highest-priority ready op; needs ``plan.priority``). ``links`` is
+    ``"fcfs"`` (each copy engine and link channel carries one transfer at a time, first come
+    first served) or ``"none"`` (no contention: the model a list scheduler plans with, so
+    its ``estimated_makespan_s`` is reproduced).
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan as make_plan
@@ -405,10 +445,13 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     if order not in ORDERS:
         raise PlacementError(f"simulate: order must be one of {', '.join(ORDERS)}, "
                              f"got {order!r}")
+    if links not in LINK_MODELS:
+        raise PlacementError(f"simulate: links must be one of {', '.join(LINK_MODELS)}, "
+                             f"got {links!r}")
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
     with _gc_paused():
-        run = (_Simulation if order == "plan" else _PrioritySimulation)(plan, cluster, cost)
+        run = _RUNS[(order, links)](plan, cluster, cost)
         run.run()
         return run.result(job)
 

@@ -48,3 +48,26 @@ def test_cpop_schedule_length_is_the_papers_86() -> None:
     p = plan(graph, cluster, "cpop", cost)
     assert p.estimated_makespan_s == 86.0
     assert {"n1", "n2", "n9", "n10"} <= set(p.order["p2"])
+
+
+@pytest.mark.parametrize(("policy", "paper"), [("heft", 80.0), ("cpop", 86.0)])
+def test_without_contention_the_simulator_replays_the_papers_schedule(policy, paper) -> None:
+    graph, cluster, cost = topcuoglu_instance()
+    p = plan(graph, cluster, policy, cost)
+    assert simulate(p, cluster, cost, links="none").makespan_s == paper
+
+
+@pytest.mark.parametrize("policy", ["heft", "cpop", "etf", "m_etf", "m_sct"])
+def test_without_contention_the_simulator_reproduces_each_list_schedulers_estimate(
+        policy) -> None:
+    from hwmodels import RooflineCost, get_cluster
+    from policies.testing import random_dag
+
+    for seed in range(6):
+        for name in ("hetero-box", "dgx1-v100"):
+            graph, cluster = random_dag(16 + seed, seed=seed), get_cluster(name)
+            cost = RooflineCost(cluster)
+            p = plan(graph, cluster, policy, cost)
+            replay = simulate(p, cluster, cost, links="none").makespan_s
+            assert replay == pytest.approx(p.estimated_makespan_s, rel=1e-12)
+            assert simulate(p, cluster, cost).makespan_s >= replay * (1 - 1e-12)
