@@ -20,8 +20,8 @@ if TYPE_CHECKING:
     from sim.result import TRACE_COLUMNS, SimResult, TraceColumns, chrome_trace
 
 _WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "result",
-          "SimResult": "result", "TraceColumns": "result", "chrome_trace": "result", "plot_gantt": "gantt",
-          "simulate": "engine"}
+          "SimResult": "result", "TraceColumns": "result", "chrome_trace": "result",
+          "plot_gantt": "gantt", "simulate": "engine"}
 
 __all__ = ["LINK_MODELS", "ORDERS", "TRACE_COLUMNS", "SimResult", "TraceColumns", "chrome_trace",
            "plot_gantt", "simulate"]
