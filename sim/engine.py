@@ -32,7 +32,6 @@ import gc
 import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import numpy as np
 import simpy
@@ -42,6 +41,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
 from policies.plans import Plan
+from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS, ORDERS
 from sim.result import SimResult, TraceColumns
 from workloads.arrays import GraphArrays
@@ -311,7 +311,10 @@ class _Simulation:
         env.schedule(event, NORMAL, end - now)
 
     def _transfer_done(self, event: simpy.Event) -> None:
-        k: int = event._value
+        self._finish_transfer(event._value)
+
+    def _finish_transfer(self, k: int) -> None:
+        """Transfer ``k`` has arrived: free its source copy, wake its readers."""
         self._release(self.t_key[k], self.t_src[k])
         pending, ready = self.pending, self._ready
         for reader in self.t_readers[self.t_readers_off[k]:self.t_readers_off[k + 1]]:
@@ -387,39 +390,27 @@ class _PrioritySimulation(_Simulation):
             self._start_op(op, d, free.pop())
 
 
-class _NoContention:
-    """Links and copy engines without limit: a transfer starts as soon as its tensor is
-    ready and takes the contention-free time (the model list schedulers plan with)."""
-
-    def _start_transfer(self: Any, k: int) -> None:
-        now = self.env._now
-        end = now + self.t_duration[k]
-        self.t_start[k], self.t_end[k], self.t_engine[k] = now, end, 0
-        dst = self.t_dst[k]
-        used = self.used[dst] + self.t_bytes[k]
-        self.used[dst] = used
-        self.timeline.extend((now, dst, used))
-        if used > self.peak[dst]:
-            self._new_peak(dst, used, -1, k)
-        event = Event(self.env)
-        event._ok = True
-        event._value = k
-        event.callbacks.append(self._on_transfer_done)
-        self.env.schedule(event, NORMAL, end - now)
-
-
-class _UncontendedSimulation(_NoContention, _Simulation):
+class _UncontendedSimulation(NoContention, _Simulation):
     """Plan order, no contention."""
 
 
-class _UncontendedPrioritySimulation(_NoContention, _PrioritySimulation):
+class _UncontendedPrioritySimulation(NoContention, _PrioritySimulation):
     """Priority order, no contention."""
+
+
+class _FairSimulation(FairSharing, _Simulation):
+    """Plan order, links shared max-min fairly."""
+
+
+class _FairPrioritySimulation(FairSharing, _PrioritySimulation):
+    """Priority order, links shared max-min fairly."""
 
 
 _RUNS: dict[tuple[str, str], type[_Simulation]] = {
     ("plan", "fcfs"): _Simulation, ("priority", "fcfs"): _PrioritySimulation,
     ("plan", "none"): _UncontendedSimulation,
     ("priority", "none"): _UncontendedPrioritySimulation,
+    ("plan", "fair"): _FairSimulation, ("priority", "fair"): _FairPrioritySimulation,
 }
 
 
@@ -430,7 +421,9 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     ``order`` is ``"plan"`` (each device follows the plan's order) or ``"priority"`` (each
     device starts its highest-priority ready op; needs ``plan.priority``). ``links`` is
     ``"fcfs"`` (each copy engine and link channel carries one transfer at a time, first come
-    first served) or ``"none"`` (no contention: the model a list scheduler plans with, so
+    first served), ``"fair"`` (latency a pure delay, bandwidth shared max-min fairly among
+    the flows on each link, as flow-level network simulators share it; see
+    :mod:`sim.links`) or ``"none"`` (no contention: the model a list scheduler plans with, so
     its ``estimated_makespan_s`` is reproduced).
 
     >>> from hwmodels import get_cluster, RooflineCost

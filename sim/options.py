@@ -8,6 +8,7 @@ __all__ = ["LINK_MODELS", "ORDERS"]
 ORDERS: tuple[str, ...] = ("plan", "priority")
 
 #: How transfers share copy engines and links: one at a time, first come first served
-#: (``fcfs``), or not at all (``none``: every transfer starts when its tensor is ready, as a
-#: list scheduler's own model assumes).
-LINK_MODELS: tuple[str, ...] = ("fcfs", "none")
+#: (``fcfs``), max-min fair bandwidth with latency as pure delay (``fair``), or not at all
+#: (``none``: every transfer starts when its tensor is ready, as a list scheduler's own
+#: model assumes).
+LINK_MODELS: tuple[str, ...] = ("fcfs", "fair", "none")

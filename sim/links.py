@@ -1,0 +1,170 @@
+"""How transfers share copy engines and links: the simulator's link models beyond its
+default (first come first served, in :mod:`sim.engine`).
+
+* ``none`` (:class:`NoContention`): every transfer starts when its tensor is ready and
+  takes the contention-free time, the model list schedulers plan with.
+* ``fair`` (:class:`FairSharing`): the flow model of SimGrid and of network simulators.
+  A transfer waits for a copy engine of its source (first come first served), then for its
+  route's latency, a pure delay that occupies no link; then its bytes flow, and every link
+  channel divides its bandwidth max-min fairly among the flows crossing it (progressive
+  filling), recomputed whenever a flow starts or ends. A flow alone takes exactly the cost
+  model's contention-free time.
+
+They are mixins over the simulation classes of :mod:`sim.engine`, overriding how a
+transfer starts; the rest of a run (compute, memory, trace) is shared.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from simpy.events import NORMAL, Event
+
+__all__ = ["FairSharing", "NoContention"]
+
+
+def _event(sim: Any, delay: float, value: Any, callback: Any) -> None:
+    event = Event(sim.env)
+    event._ok = True
+    event._value = value
+    event.callbacks.append(callback)
+    sim.env.schedule(event, NORMAL, delay)
+
+
+def _charge_receiver(sim: Any, k: int) -> None:
+    """A received copy holds memory from the transfer's request (as in every model)."""
+    dst = sim.t_dst[k]
+    used = sim.used[dst] + sim.t_bytes[k]
+    sim.used[dst] = used
+    sim.timeline.extend((sim.env._now, dst, used))
+    if used > sim.peak[dst]:
+        sim._new_peak(dst, used, -1, k)
+
+
+class NoContention:
+    """Copy engines and links without limit."""
+
+    def _start_transfer(self: Any, k: int) -> None:
+        now = self.env._now
+        end = now + self.t_duration[k]
+        self.t_start[k], self.t_end[k], self.t_engine[k] = now, end, 0
+        _charge_receiver(self, k)
+        _event(self, end - now, k, self._on_transfer_done)
+
+
+class FairSharing:
+    """Max-min fair bandwidth sharing among the flows active on each link channel."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)  # type: ignore[call-arg]
+        s: Any = self
+        routes: dict[tuple[int, int], tuple[float, float]] = {}
+        self.channel_capacity: dict[str, float] = {}
+        self.f_latency: list[float] = []
+        self.f_volume: list[float] = []
+        for k in range(len(s.t_src)):
+            key = (s.t_src[k], s.t_dst[k])
+            if key not in routes:
+                hops = s.cluster.route(s.devices[key[0]], s.devices[key[1]])
+                for hop in hops:
+                    self.channel_capacity[hop.channel] = hop.link.bandwidth
+                routes[key] = (sum(h.link.latency_s for h in hops),
+                               min(h.link.bandwidth for h in hops))
+            latency, bottleneck = routes[key]
+            # The bytes at the bottleneck rate take what the cost model charges beyond the
+            # latency (the tensor's bytes for the roofline; a table's time otherwise).
+            self.f_latency.append(min(latency, s.t_duration[k]))
+            self.f_volume.append(max(s.t_duration[k] - latency, 0.0) * bottleneck)
+        self.free_engines = [list(range(len(e) - 1, -1, -1)) for e in s.copy_free]
+        self.waiting: list[deque[int]] = [deque() for _ in s.copy_free]
+        self.remaining: dict[int, float] = {}
+        self.rate: dict[int, float] = {}
+        self.last = 0.0
+        self.generation = 0
+        self._on_flowing = self._flowing
+        self._on_tick = self._tick
+
+    # -- engines and latency ----------------------------------------------------------------
+
+    def _start_transfer(self: Any, k: int) -> None:
+        _charge_receiver(self, k)
+        src = self.t_src[k]
+        if self.free_engines[src]:
+            self._begin(k)
+        else:
+            self.waiting[src].append(k)
+
+    def _begin(self: Any, k: int) -> None:
+        self.t_engine[k] = self.free_engines[self.t_src[k]].pop()
+        self.t_start[k] = self.env._now
+        _event(self, self.f_latency[k], k, self._on_flowing)
+
+    def _flowing(self: Any, event: Any) -> None:
+        k: int = event._value
+        if self.f_volume[k] <= 0.0:
+            self._complete(k)
+            return
+        self._advance()
+        self.remaining[k] = self.f_volume[k]
+        self._reschedule()
+
+    # -- bandwidth ----------------------------------------------------------------------------
+
+    def _advance(self: Any) -> None:
+        """Move every active flow forward to now at its current rate."""
+        now = self.env._now
+        elapsed = now - self.last
+        if elapsed > 0.0:
+            for k, rate in self.rate.items():
+                self.remaining[k] -= rate * elapsed
+        self.last = now
+
+    def _share(self: Any) -> None:
+        """Progressive filling: the channel with the smallest fair share fixes the rate of
+        its flows; remove them and repeat."""
+        left = dict(self.channel_capacity)
+        users: dict[str, list[int]] = {}
+        for k in self.remaining:
+            for channel in self.t_channels[k]:
+                users.setdefault(channel, []).append(k)
+        count = {c: len(u) for c, u in users.items()}
+        rate: dict[int, float] = {}
+        while len(rate) < len(self.remaining):
+            channel = min((c for c in count if count[c]), key=lambda c: left[c] / count[c])
+            share = left[channel] / count[channel]
+            for k in users[channel]:
+                if k in rate:
+                    continue
+                rate[k] = share
+                for c in self.t_channels[k]:
+                    left[c] -= share
+                    count[c] -= 1
+        self.rate = rate
+
+    def _reschedule(self: Any) -> None:
+        self._share()
+        self.generation += 1
+        if self.rate:
+            soonest = min(max(self.remaining[k], 0.0) / r for k, r in self.rate.items())
+            _event(self, soonest, self.generation, self._on_tick)
+
+    def _tick(self: Any, event: Any) -> None:
+        if event._value != self.generation:
+            return  # rates changed since this completion was foreseen
+        self._advance()
+        done = [k for k in self.remaining
+                if self.remaining[k] <= 1e-9 * self.f_volume[k] + 1e-9]
+        for k in done:
+            del self.remaining[k]
+        for k in done:
+            self._complete(k)
+        self._reschedule()
+
+    def _complete(self: Any, k: int) -> None:
+        self.t_end[k] = self.env._now
+        src = self.t_src[k]
+        self.free_engines[src].append(self.t_engine[k])
+        if self.waiting[src]:
+            self._begin(self.waiting[src].popleft())
+        self._finish_transfer(k)
