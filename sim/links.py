@@ -82,6 +82,7 @@ class FairSharing:
         self.rate: dict[int, float] = {}
         self.last = 0.0
         self.generation = 0
+        self.due: list[int] = []
         self._on_flowing = self._flowing
         self._on_tick = self._tick
 
@@ -146,15 +147,19 @@ class FairSharing:
         self._share()
         self.generation += 1
         if self.rate:
-            soonest = min(max(self.remaining[k], 0.0) / r for k, r in self.rate.items())
+            left = {k: max(self.remaining[k], 0.0) / r for k, r in self.rate.items()}
+            soonest = min(left.values())
+            # The flows due then are completed then, by name: waiting for a remainder that
+            # rounding left would stall time (a tick too small to move the clock).
+            self.due = [k for k, t in left.items() if t <= soonest * (1 + 1e-9) + 1e-15]
             _event(self, soonest, self.generation, self._on_tick)
 
     def _tick(self: Any, event: Any) -> None:
         if event._value != self.generation:
             return  # rates changed since this completion was foreseen
         self._advance()
-        done = [k for k in self.remaining
-                if self.remaining[k] <= 1e-9 * self.f_volume[k] + 1e-9]
+        done = list(dict.fromkeys([*self.due, *(
+            k for k in self.remaining if self.remaining[k] <= 1e-9 * self.f_volume[k])]))
         for k in done:
             del self.remaining[k]
         for k in done:
