@@ -176,6 +176,13 @@ def _summary(rows: list) -> list[str]:
     for name, i in (("fair", 1), ("fcfs", 2)):
         out.append(f"| {name} | {share(i, 0.01):.0%} | {share(i, 0.02):.0%} | "
                    f"{share(i, 0.05):.0%} | {worst[i]:.1%} |")
+    out += ["", "Plans where `fair` is furthest from SimGrid:", "",
+            "| model | batch | training | cluster | policy | fair ms | SimGrid ms | fcfs ms |",
+            "|---|---:|---|---|---|---:|---:|---:|"]
+    for case, fair, fcfs, grid in sorted(rows, key=lambda r: -abs(r[1] - r[3]) / r[3])[:5]:
+        model, batch, train, cluster, policy = case
+        out.append(f"| {model} | {batch} | {train} | {cluster} | {policy} | "
+                   f"{fair * 1e3:.3f} | {grid * 1e3:.3f} | {fcfs * 1e3:.3f} |")
     return out
 
 
