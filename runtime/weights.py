@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -96,6 +95,3 @@ def weight_arrays(op: Op, seed: int, dtype: Any) -> dict[str, np.ndarray]:
         out[name] = np.ascontiguousarray(value, dtype=dtype)
     return out
 
-
-def total_bytes(arrays: Mapping[str, np.ndarray]) -> int:
-    return sum(int(a.nbytes) for a in arrays.values())

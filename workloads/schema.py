@@ -15,7 +15,6 @@ of every error as a path; this module is imported only when a file is read.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -168,7 +167,3 @@ def load_toml(text: str, *, source: str, error: type[PlacelabError]) -> dict[str
         raise error(f"{source}: expected nesting at most {MAX_DEPTH} deep, got "
                     f"deeper") from None
 
-
-def finite(value: float) -> bool:
-    """A real number that is neither NaN nor infinite."""
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
