@@ -81,3 +81,14 @@ def topcuoglu_instance(copy_engines: int = 1) -> tuple[Graph, Cluster, CostModel
                       for t, row in TOPCUOGLU_COMP.items()},
                      {f"n{a}->n{b}": w for (a, b), w in TOPCUOGLU_EDGES.items()})
     return graph, cluster, cost
+
+
+def reload_catalog() -> None:
+    """Forget every registered device and cluster: the next lookup reads the built-in and
+    user catalogs again (under the current ``PLACELAB_HOME``)."""
+    import hwmodels.registry as registry
+
+    registry._DEVICES.clear()
+    registry._CLUSTERS.clear()
+    registry._SOURCES.clear()
+    registry._loaded = False

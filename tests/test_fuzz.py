@@ -22,10 +22,10 @@ import tomli_w
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hwmodels.registry as registry
 from experiments.cli import main
 from hwmodels import TableCost, get_cluster, get_device, loads
 from policies import Plan, plan
+from tests.helpers import reload_catalog
 from workloads import Graph, PlacelabError, build_model
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,29 +155,6 @@ def test_cost_table_api(tmp_path_factory: pytest.TempPathFactory, text: str) -> 
 # -- the command line -------------------------------------------------------------------------
 
 
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An empty user catalog, loaded afresh by the registry (restored afterwards)."""
-    saved = (dict(registry._DEVICES), dict(registry._CLUSTERS), dict(registry._SOURCES),
-             registry._loaded)
-    monkeypatch.setenv("PLACELAB_HOME", str(tmp_path / "home"))
-    yield tmp_path / "home"
-    registry._DEVICES.clear()
-    registry._DEVICES.update(saved[0])
-    registry._CLUSTERS.clear()
-    registry._CLUSTERS.update(saved[1])
-    registry._SOURCES.clear()
-    registry._SOURCES.update(saved[2])
-    registry._loaded = saved[3]
-
-
-def _fresh_registry() -> None:
-    registry._DEVICES.clear()
-    registry._CLUSTERS.clear()
-    registry._SOURCES.clear()
-    registry._loaded = False
-
-
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     err = capsys.readouterr().err
@@ -197,13 +174,13 @@ def test_hw_register_never_breaks_the_catalog(home: Path, capsys, data) -> None:
         blob = _bytes(data.draw, NPU)
     for old in home.glob("hardware/*"):
         old.unlink()
-    _fresh_registry()
+    reload_catalog()
     path = home.parent / "candidate.toml"
     path.write_bytes(blob)
     code, _ = _cli(capsys, "hw", "register", str(path))
     if code == 2:
         assert not list(home.glob("hardware/*.toml")), "a refused file was stored"
-    _fresh_registry()
+    reload_catalog()
     _cli(capsys, "hw", "list")  # every later command still works
     code, _ = _cli(capsys, "simulate", "--model", "mlp", "--cluster", "workstation",
                    "--policy", "heft")

@@ -21,7 +21,7 @@ from hwmodels import Cluster, Device, Link, RooflineCost, TableCost, get_cluster
 from policies import Plan, plan
 from policies.optimal import Optimal
 from sim import simulate
-from tests.test_fuzz import home  # noqa: F401  (fixture)
+from tests.helpers import reload_catalog
 from workloads import Graph, GraphBuilder, GraphError, PlacementError, build_model
 from workloads.io import write_text_atomic
 
@@ -49,44 +49,35 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _reload() -> None:
-    import hwmodels.registry as registry
-
-    registry._DEVICES.clear()
-    registry._CLUSTERS.clear()
-    registry._SOURCES.clear()
-    registry._loaded = False
-
-
 # -- 1. the user catalog ------------------------------------------------------------------
 
 
-def test_registration_order_cannot_break_the_catalog(home, tmp_path, capsys) -> None:  # noqa: F811
+def test_registration_order_cannot_break_the_catalog(home, tmp_path, capsys) -> None:
     # The cluster's file sorts before its device's file ("a-box" < "z-npu"): the catalog
     # still loads, because every device is registered before any cluster.
-    _reload()
+    reload_catalog()
     (tmp_path / "z-npu.toml").write_text(DEVICE)
     (tmp_path / "a-box.toml").write_text(CLUSTER)
     assert _cli(capsys, "hw", "register", str(tmp_path / "z-npu.toml"))[0] == 0
     assert _cli(capsys, "hw", "register", str(tmp_path / "a-box.toml"))[0] == 0
-    _reload()
+    reload_catalog()
     code, out, err = _cli(capsys, "hw", "list", "--json")
     assert code == 0 and err == ""
     names = {row["name"] for row in json.loads(out)["hardware"]}
     assert {"z-npu", "a-box"} <= names
 
 
-def test_a_cluster_whose_device_is_missing_is_refused_before_storing(home, tmp_path,  # noqa: F811
+def test_a_cluster_whose_device_is_missing_is_refused_before_storing(home, tmp_path,
                                                                      capsys) -> None:
-    _reload()
+    reload_catalog()
     (tmp_path / "a-box.toml").write_text(CLUSTER)
     code, _, err = _cli(capsys, "hw", "register", str(tmp_path / "a-box.toml"))
     assert code == 2 and "unknown device 'z-npu'" in err
     assert not (home / "hardware").exists() or not list((home / "hardware").iterdir())
 
 
-def test_a_corrupt_stored_file_is_skipped_with_a_warning(home, capsys) -> None:  # noqa: F811
-    _reload()
+def test_a_corrupt_stored_file_is_skipped_with_a_warning(home, capsys) -> None:
+    reload_catalog()
     (home / "hardware").mkdir(parents=True)
     (home / "hardware" / "broken.toml").write_bytes(b"[[device]]\nname = \xff")
     (home / "hardware" / "z-npu.toml").write_text(DEVICE)
@@ -99,19 +90,19 @@ def test_a_corrupt_stored_file_is_skipped_with_a_warning(home, capsys) -> None: 
     assert code == 0
 
 
-def test_a_file_without_the_toml_suffix_is_stored_under_a_toml_name(home, tmp_path,  # noqa: F811
+def test_a_file_without_the_toml_suffix_is_stored_under_a_toml_name(home, tmp_path,
                                                                     capsys) -> None:
-    _reload()
+    reload_catalog()
     (tmp_path / "npu.hw").write_text(DEVICE)
     code, out, _ = _cli(capsys, "hw", "register", str(tmp_path / "npu.hw"), "--json")
     assert code == 0 and json.loads(out)["stored"].endswith("npu.hw.toml")
-    _reload()
+    reload_catalog()
     assert "z-npu" in _cli(capsys, "list", "devices")[1].split()
 
 
-def test_hw_remove_undoes_a_registration_and_refuses_what_others_use(home, tmp_path,  # noqa: F811
+def test_hw_remove_undoes_a_registration_and_refuses_what_others_use(home, tmp_path,
                                                                     capsys) -> None:
-    _reload()
+    reload_catalog()
     (tmp_path / "z-npu.toml").write_text(DEVICE)
     (tmp_path / "a-box.toml").write_text(CLUSTER)
     _cli(capsys, "hw", "register", str(tmp_path / "z-npu.toml"))
