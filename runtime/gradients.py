@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from runtime.kernels import windows  # the same im2col views as the forward pass
+from runtime.kernels import registrar, windows  # windows: the forward's im2col views
 from workloads.errors import GraphError
 from workloads.op import Op
 
@@ -30,12 +30,7 @@ Gradient = Callable[[Any, Op, Array, Sequence[Array], Mapping[str, Array]], Grad
 GRADIENTS: dict[str, Gradient] = {}
 
 
-def _grad(*kinds: str) -> Callable[[Gradient], Gradient]:
-    def register(fn: Gradient) -> Gradient:
-        for kind in kinds:
-            GRADIENTS[kind] = fn
-        return fn
-    return register
+_grad = registrar(GRADIENTS)
 
 
 def gradient(xp: Any, op: Op, grad_out: Array, inputs: Sequence[Array],

@@ -20,24 +20,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from workloads.errors import GraphError
 from workloads.op import Op
 
-__all__ = ["KERNELS", "Kernel", "kernel_for", "run_kernel", "windows"]
+__all__ = ["KERNELS", "Kernel", "kernel_for", "registrar", "run_kernel", "windows"]
 
 Array = Any
 Kernel = Callable[[Any, Op, Sequence[Array], Mapping[str, Array]], tuple[Array, ...]]
 KERNELS: dict[str, Kernel] = {}
 
 
-def kernel(*kinds: str) -> Callable[[Kernel], Kernel]:
-    def register(fn: Kernel) -> Kernel:
-        for kind in kinds:
-            KERNELS[kind] = fn
-        return fn
-    return register
+F = TypeVar("F")
+
+
+def registrar(table: dict[str, F]) -> Callable[..., Callable[[F], F]]:
+    """A decorator factory filing a function in ``table`` under each op kind it names
+    (forward kernels here, backward kernels in :mod:`runtime.gradients`)."""
+    def by_kinds(*kinds: str) -> Callable[[F], F]:
+        def register(fn: F) -> F:
+            for kind in kinds:
+                table[kind] = fn
+            return fn
+        return register
+    return by_kinds
+
+
+kernel = registrar(KERNELS)
 
 
 def kernel_for(op: Op) -> Kernel:
