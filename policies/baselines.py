@@ -32,23 +32,24 @@ class SingleDevice(PlacementPolicy):
 @register_policy
 class RoundRobin(PlacementPolicy):
     """Op ``i`` of the topological order goes to device ``i mod n`` (of the devices that can
-    run it)."""
+    run it); the ops of a co-placement group follow its lead."""
 
     name = "round_robin"
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
-        where = {}
-        for i, name in enumerate(p.names):
+        where = []
+        for i in range(p.n):
             able = np.flatnonzero(np.isfinite(p.times[i]))
-            where[name] = p.devices[int(able[i % len(able)])]
-        return Placement(where)
+            where.append(int(able[i % len(able)]))
+        return _placement(p, where)
 
 
 @register_policy
 class RandomPlacement(PlacementPolicy):
-    """Each op on a device drawn uniformly at random among those that can run it; the same
-    ``seed`` gives the same placement in any process."""
+    """Each op on a device drawn uniformly at random among those that can run it (the ops
+    of a co-placement group follow its lead); the same ``seed`` gives the same placement in
+    any process."""
 
     name = "random"
 
@@ -59,8 +60,12 @@ class RandomPlacement(PlacementPolicy):
         p = Problem(graph, cluster, cost)
         rng = make_rng(self.seed)
         picks = rng.random(p.n)
-        where = {}
-        for i, name in enumerate(p.names):
+        where = []
+        for i in range(p.n):
             able = np.flatnonzero(np.isfinite(p.times[i]))
-            where[name] = p.devices[int(able[int(picks[i] * len(able))])]
-        return Placement(where)
+            where.append(int(able[int(picks[i] * len(able))]))
+        return _placement(p, where)
+
+
+def _placement(p: Problem, where: list[int]) -> Placement:
+    return Placement({p.names[i]: p.devices[d] for i, d in enumerate(p.follow_leads(where))})

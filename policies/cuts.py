@@ -3,7 +3,8 @@ bisection, and Stone's two-processor min-cut assignment.
 
 They decide placement only; the Plan orders each device topologically (by upward rank).
 Vertex weight is an op's mean time, edge weight the bytes its tensors carry; part sizes
-follow device speed where the method allows it.
+follow device speed where the method allows it. A co-placement group is one vertex (its
+lead) carrying the work and the edges of all its ops.
 """
 
 from __future__ import annotations
@@ -29,25 +30,34 @@ __all__ = ["KernighanLin", "Metis", "Spectral", "StoneMinCut"]
 
 
 def _edges(p: Problem) -> dict[tuple[int, int], int]:
-    """Undirected op pairs and the bytes between them."""
+    """Undirected pairs of vertices (ops, a group as its lead) and the bytes between them."""
     weights: dict[tuple[int, int], int] = {}
+    node = p.node_of
     for j in range(p.n):
         for i, t in p.preds[j]:
-            key = (min(i, j), max(i, j))
-            weights[key] = weights.get(key, 0) + p.tensor_bytes[t]
+            a, b = node[i], node[j]
+            if a != b:
+                key = (min(a, b), max(a, b))
+                weights[key] = weights.get(key, 0) + p.tensor_bytes[t]
     return weights
 
 
+def _vertices(p: Problem) -> list[int]:
+    """The ops that stand for themselves or their group."""
+    return [i for i in range(p.n) if p.node_of[i] == i]
+
+
 def _finish(p: Problem, parts: list[int]) -> Placement:
-    """Placement from parts, moving any op its part's device cannot run to the fastest
-    device that can; priorities are upward ranks."""
-    where = {}
-    for i, d in enumerate(parts):
-        if not np.isfinite(p.times[i, d]):
-            d = int(np.argmin(p.times[i]))
-        where[p.names[i]] = p.devices[d]
+    """Placement from parts (read at each vertex), moving any vertex its part's device
+    cannot run to the fastest device that can; priorities are upward ranks."""
+    where = list(parts)
+    for i in _vertices(p):
+        if not np.isfinite(p.times[i, where[i]]):
+            where[i] = int(np.argmin(p.node_times[i]))
+    where = p.follow_leads(where)
     rank = p.upward_rank()
-    return Placement(where, priority={p.names[i]: r for i, r in enumerate(rank)})
+    return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)},
+                     priority={p.names[i]: r for i, r in enumerate(rank)})
 
 
 @register_policy
@@ -64,37 +74,43 @@ class Metis(PlacementPolicy):
         p = Problem(graph, cluster, cost)
         n_dev = len(p.devices)
         weights = _edges(p)
-        if n_dev == 1 or p.n <= n_dev or not weights:
+        vertices = _vertices(p)
+        if n_dev == 1 or len(vertices) <= n_dev or not weights:
             return _finish(p, _balance(p))
-        adjacency: list[list[tuple[int, int]]] = [[] for _ in range(p.n)]
+        index = {op: k for k, op in enumerate(vertices)}
+        adjacency: list[list[tuple[int, int]]] = [[] for _ in vertices]
         top = max(weights.values())
         for (i, j), w in weights.items():
             scaled = max(1, round(w / top * 10_000))
-            adjacency[i].append((j, scaled))
-            adjacency[j].append((i, scaled))
+            adjacency[index[i]].append((index[j], scaled))
+            adjacency[index[j]].append((index[i], scaled))
         xadj, adjncy, ew = [0], [], []
         for row in adjacency:
             adjncy += [j for j, _ in row]
             ew += [w for _, w in row]
             xadj.append(len(adjncy))
-        work = np.nan_to_num(p.mean_times)
+        work = p.node_work[vertices]
         vw = np.maximum(1, np.round(work / max(work.max(), 1e-300) * 100_000)).astype(int)
         options = pymetis.Options(seed=-1 if self.seed is None else seed_int(self.seed))
         graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
         _, parts = pymetis.part_graph(n_dev, graph_csr, vweights=vw.tolist(),
                                       eweights=ew, tpwgts=(p.speed / p.speed.sum()).tolist(),
                                       options=options)
-        return _finish(p, list(parts))
+        where = [0] * p.n
+        for op, part in zip(vertices, parts, strict=True):
+            where[op] = int(part)
+        return _finish(p, where)
 
 
 def _balance(p: Problem) -> list[int]:
     """Longest op first onto the device that would finish it earliest (no edges to cut)."""
     load = np.zeros(len(p.devices))
     parts = [0] * p.n
-    for i in np.argsort(-np.nan_to_num(p.mean_times), kind="stable").tolist():
-        d = int(np.argmin(load + p.times[i]))
-        parts[i] = d
-        load[d] += p.times[i, d]
+    for i in np.argsort(-p.node_work, kind="stable").tolist():
+        if p.node_of[i] == i:
+            d = int(np.argmin(load + p.node_times[i]))
+            parts[i] = d
+            load[d] += p.node_times[i, d]
     return parts
 
 
@@ -110,7 +126,7 @@ class _Bisection(PlacementPolicy):
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
         parts = [0] * p.n
-        self._recurse(p, _edges(p), list(range(p.n)), list(range(len(p.devices))), parts)
+        self._recurse(p, _edges(p), _vertices(p), list(range(len(p.devices))), parts)
         return _finish(p, parts)
 
     def _recurse(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
@@ -184,7 +200,7 @@ class Spectral(_Bisection):
             pivot = fiedler[np.argmax(np.abs(fiedler) > 1e-12)]
             fiedler = fiedler * (1.0 if pivot >= 0 else -1.0)  # eigenvectors have no sign
             order = np.lexsort((np.arange(m), np.round(fiedler, 9))).tolist()
-        work = np.nan_to_num(p.mean_times[[ops[k] for k in order]])
+        work = p.node_work[[ops[k] for k in order]]
         cut = int(np.searchsorted(np.cumsum(work), fraction * work.sum()))
         cut = min(max(cut, 1), m - 1)
         left = sorted(ops[k] for k in order[:cut])
@@ -207,20 +223,24 @@ class StoneMinCut(PlacementPolicy):
             return _finish(p, [0] * p.n)
         a, b = self.pair(p, cluster)
         g = nx.DiGraph()
-        for i in range(p.n):
+        times = p.node_times
+        for i in _vertices(p):
             # s side = device a: cutting s->i puts i on b, cutting i->t puts i on a.
-            if np.isfinite(p.times[i, b]):
-                g.add_edge("s", i, capacity=float(p.times[i, b]))
+            if np.isfinite(times[i, b]):
+                g.add_edge("s", i, capacity=float(times[i, b]))
             else:
                 g.add_edge("s", i)  # no capacity: infinite, i cannot go to b
-            if np.isfinite(p.times[i, a]):
-                g.add_edge(i, "t", capacity=float(p.times[i, a]))
+            if np.isfinite(times[i, a]):
+                g.add_edge(i, "t", capacity=float(times[i, a]))
             else:
                 g.add_edge(i, "t")
         for j in range(p.n):
             for i, t in p.preds[j]:
+                u0, v0 = p.node_of[i], p.node_of[j]
+                if u0 == v0:
+                    continue
                 c = (p.comm(t, a, b) + p.comm(t, b, a)) / 2
-                for u, v in ((i, j), (j, i)):
+                for u, v in ((u0, v0), (v0, u0)):
                     old = g.get_edge_data(u, v, {}).get("capacity", 0.0)
                     g.add_edge(u, v, capacity=old + c)
         _, (side_a, _) = nx.minimum_cut(g, "s", "t")

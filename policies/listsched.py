@@ -21,7 +21,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import PlacementPolicy, register_policy
 from policies.plans import Placement
-from policies.problem import MemoryBook, Problem
+from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
 
 __all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT"]
@@ -53,11 +53,20 @@ class Timeline:
 
 
 def _data_ready(p: Problem, op: int, d: int, where: list[int], finish: list[float]) -> float:
-    return max((finish[s] + p.comm(t, where[s], d) for s, t in p.preds[op]), default=0.0)
+    # A producer with no device yet floats: it will join its group, costing nothing here.
+    return max((finish[s] + (p.comm(t, where[s], d) if where[s] >= 0 else 0.0)
+                for s, t in p.preds[op]), default=0.0)
+
+
+def _pending(p: Problem) -> list[int]:
+    """Inputs each op waits for (floating ops are done from the start)."""
+    return [sum(not p.floating[s] for s, _ in preds) for preds in p.preds]
 
 
 def _placement(p: Problem, where: list[int], orders: list[list[int]],
                finish: list[float], priority: list[float]) -> Placement:
+    floats = [i for i in range(p.n) if p.floating[i]]
+    orders = [[i for i in floats if where[i] == d] + ops for d, ops in enumerate(orders)]
     return Placement(
         {p.names[i]: p.devices[d] for i, d in enumerate(where)},
         order={p.devices[d]: tuple(p.names[i] for i in ops)
@@ -93,17 +102,23 @@ class _InsertionScheduler(PlacementPolicy):
         priority = self.priorities(p)
         state = self.prepare(p, priority)
         lines = [Timeline() for _ in p.devices]
-        where, finish = [0] * p.n, [0.0] * p.n
-        pending = [len(preds) for preds in p.preds]
-        heap = [(-priority[i], i) for i in range(p.n) if not pending[i]]
+        where, finish = [-1] * p.n, [0.0] * p.n
+        pins = Pins(p)
+        pending = _pending(p)
+        heap = [(-priority[i], i) for i in range(p.n) if not pending[i] and not p.floating[i]]
         heapq.heapify(heap)
         while heap:
             _, op = heapq.heappop(heap)
             ready = [_data_ready(p, op, d, where, finish) for d in range(len(p.devices))]
-            start, d = self.choose(p, op, ready, lines, state)
+            d = pins.of(op)
+            if d >= 0:
+                start = lines[d].earliest_start(ready[d], float(p.times[op, d]))
+            else:
+                start, d = self.choose(p, op, ready, lines, state)
             end = start + float(p.times[op, d])
             lines[d].insert(start, end, op)
             where[op], finish[op] = d, end
+            pins.fix(op, d, where)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
                 if pending[succ] == 0:
@@ -194,12 +209,13 @@ class ETF(PlacementPolicy):
         capacity = np.asarray(p.capacity, dtype=float)
         where, finish = [-1] * p.n, [0.0] * p.n
         orders: list[list[int]] = [[] for _ in range(n_dev)]
-        pending = [len(preds) for preds in p.preds]
+        pending = _pending(p)
+        pins = Pins(p)
         pool = _ReadyPool(n_dev)
         for i in range(p.n):
-            if not pending[i]:
-                self._admit(p, pool, book, i, where, finish, fav)
-        for _ in range(p.n):
+            if not pending[i] and not p.floating[i]:
+                self._admit(p, pool, book, pins, i, where, finish, fav)
+        for _ in range(p.n - sum(p.floating)):
             k, d, start = self._pick(p, pool, free, capacity, book, level)
             op = pool.ops[k]
             pool.remove(k)
@@ -207,17 +223,24 @@ class ETF(PlacementPolicy):
             book.commit(op, d, where)
             where[op], finish[op], free[d] = d, end, end
             orders[d].append(op)
+            landed = pins.fix(op, d, where)
+            for mate in [w for w in pool.ops if w in landed]:  # group mates already ready
+                pool.remove(pool.ops.index(mate))
+                self._admit(p, pool, book, pins, mate, where, finish, fav)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
                 if pending[succ] == 0:
-                    self._admit(p, pool, book, succ, where, finish, fav)
+                    self._admit(p, pool, book, pins, succ, where, finish, fav)
         return _placement(p, where, orders, finish, level.tolist())
 
-    def _admit(self, p: Problem, pool: _ReadyPool, book: MemoryBook, op: int,
+    def _admit(self, p: Problem, pool: _ReadyPool, book: MemoryBook, pins: Pins, op: int,
                where: list[int], finish: list[float], fav: dict[int, int]) -> None:
         n_dev = len(p.devices)
         ready = np.array([_data_ready(p, op, d, where, finish) for d in range(n_dev)])
         ready[np.isinf(p.times[op])] = np.inf
+        pin = pins.of(op)
+        if pin >= 0:
+            ready[np.arange(n_dev) != pin] = np.inf
         need = np.array([book.need(op, d, where) for d in range(n_dev)], dtype=float) \
             if self.memory_aware else np.zeros(n_dev)
         parent = fav.get(op)
@@ -273,7 +296,8 @@ class MSCT(ETF):
         pairs: dict[tuple[int, int], float] = {}
         for j in range(p.n):
             for i, t in p.preds[j]:
-                pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
+                if not p.floating[i]:  # a floating op joins its group, wherever that is
+                    pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
         if not pairs:
             return {}
         x = _favourite_lp(p, list(pairs), list(pairs.values()))

@@ -8,7 +8,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import PlacementPolicy, register_policy
 from policies.plans import Placement
-from policies.problem import MemoryBook, Problem
+from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
 
 __all__ = ["MTopo"]
@@ -19,7 +19,8 @@ class MTopo(PlacementPolicy):
     """Walks the ops in topological order and keeps putting them on the current device until
     its share of the work (proportional to its speed) is reached or the next op would not
     fit in its memory; then moves to the next device. An op that fits nowhere further on
-    goes to any device with room; if none has room, :class:`OutOfMemory` says so."""
+    goes to any device with room; if none has room, :class:`OutOfMemory` says so. A
+    co-placement group counts as one op, where its lead comes, with all its work."""
 
     name = "m_topo"
     memory_aware = True
@@ -29,14 +30,22 @@ class MTopo(PlacementPolicy):
         book = MemoryBook(p, self.name)
         share = p.speed / p.speed.sum() * float(np.nan_to_num(p.mean_times).sum())
         where = [-1] * p.n
+        pins = Pins(p)
         current, done = 0, 0.0
         for op in range(p.n):
-            d = self._device(p, book, op, current, done, share, where)
-            if d != current:
-                current, done = d, 0.0
+            if p.floating[op]:
+                continue
+            d = pins.of(op)
+            if d < 0:
+                d = self._device(p, book, op, current, done, share, where)
+                if d != current:
+                    current, done = d, 0.0
+                done += float(p.node_times[op, d])
+            elif not book.fits(op, d, where):
+                raise book.fail(op)
             book.commit(op, d, where)
             where[op] = d
-            done += float(p.times[op, d])
+            pins.fix(op, d, where)
         return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
 
     @staticmethod

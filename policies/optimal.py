@@ -110,6 +110,10 @@ class Optimal(PlacementPolicy):
             rows.add({x(o, d): 1.0 for d in range(n_dev)}, 1.0, 1.0)
             rows.add({c_var: 1.0, s0 + o: -1.0, **{x(o, d): -times[o, d]
                                                    for d in range(n_dev)}}, 0.0, np.inf)
+        for o in range(n):  # co-placement: every op on its group lead's device
+            if p.node_of[o] != o:
+                for d in range(n_dev):
+                    rows.add({x(o, d): 1.0, x(p.node_of[o], d): -1.0}, 0.0, 0.0)
         for e, (u, v, t) in enumerate(edges):
             terms = {s0 + v: 1.0, s0 + u: -1.0, **{x(u, d): -times[u, d] for d in range(n_dev)}}
             for k, (d, f) in enumerate(cross):

@@ -2,7 +2,8 @@
 a topological order, one per device in cluster order, chosen by dynamic programming to
 minimise the slowest stage, a stage's time being its compute plus sending what crosses its
 end to the next device. Each stage must fit its device's memory (the conservative model of
-:mod:`policies.problem`, plus every tensor crossing into the stage).
+:mod:`policies.problem`, plus every tensor crossing into the stage). A co-placement group
+is one unit at its lead's position (a layer's backward and update ops join its stage).
 """
 
 from __future__ import annotations
@@ -34,16 +35,23 @@ class Pipeline(PlacementPolicy):
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
-        bounds = np.linspace(0, p.n, min(p.n, self.max_blocks) + 1).round().astype(int)
+        units = [i for i in range(p.n) if p.node_of[i] == i]
+        slot = {op: k for k, op in enumerate(units)}
+        m = len(units)
+        memory_of = np.zeros(p.n)
+        np.add.at(memory_of, p.node_of, p.op_memory)
+        bounds = np.linspace(0, m, min(m, self.max_blocks) + 1).round().astype(int)
         bounds = np.unique(bounds)
-        times = np.vstack([np.zeros(len(p.devices)), np.cumsum(p.times, axis=0)])[bounds]
-        memory = np.concatenate([[0], np.cumsum(p.op_memory)])[bounds].astype(float)
-        crossing = _crossing_bytes(p)[bounds]
+        times = np.vstack([np.zeros(len(p.devices)),
+                           np.cumsum(p.node_times[units], axis=0)])[bounds]
+        memory = np.concatenate([[0], np.cumsum(memory_of[units])])[bounds]
+        crossing = _crossing_bytes(p, slot)[bounds]
         cuts = self._solve(p, times, memory, crossing)
-        where = [0] * p.n
+        stage = [0] * m
         for k in range(len(p.devices)):
-            for op in range(int(bounds[cuts[k]]), int(bounds[cuts[k + 1]])):
-                where[op] = k
+            for u in range(int(bounds[cuts[k]]), int(bounds[cuts[k + 1]])):
+                stage[u] = k
+        where = [stage[slot[p.node_of[i]]] for i in range(p.n)]
         return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
 
     def _solve(self, p: Problem, times: np.ndarray, memory: np.ndarray,
@@ -68,7 +76,7 @@ class Pipeline(PlacementPolicy):
                 best[k, i], choice[k, i] = total[j], j
         if not np.isfinite(best[-1, m]):
             raise OutOfMemory(
-                f"policy 'pipeline': no split of {p.n} ops into {n_dev} stages fits the "
+                f"policy 'pipeline': no split of {m} units into {n_dev} stages fits the "
                 f"devices' memory (capacities {p.capacity})")
         cuts = [m]
         for k in range(n_dev - 1, -1, -1):
@@ -85,15 +93,19 @@ class Pipeline(PlacementPolicy):
                          for b in crossing])
 
 
-def _crossing_bytes(p: Problem) -> np.ndarray:
-    """``out[i]``: bytes of tensors made by ops before position i and read at or after it."""
-    delta = np.zeros(p.n + 2)
-    last: dict[int, tuple[int, int]] = {}
+def _crossing_bytes(p: Problem, slot: dict[int, int]) -> np.ndarray:
+    """``out[k]``: bytes of tensors whose producer and readers lie on both sides of the cut
+    before unit ``k`` (an op's unit: its group's lead)."""
+    m = len(slot)
+    delta = np.zeros(m + 2)
+    span: dict[int, tuple[int, int]] = {}
     for j in range(p.n):
         for i, t in p.preds[j]:
-            first, end = last.get(t, (i, j))
-            last[t] = (first, max(end, j))
-    for t, (first, end) in last.items():
-        delta[first + 1] += p.tensor_bytes[t]
-        delta[end + 1] -= p.tensor_bytes[t]
-    return np.cumsum(delta)[: p.n + 1]
+            a, b = slot[p.node_of[i]], slot[p.node_of[j]]
+            lo, hi = span.get(t, (a, a))
+            span[t] = (min(lo, a, b), max(hi, a, b))
+    for t, (lo, hi) in span.items():
+        if lo < hi:
+            delta[lo + 1] += p.tensor_bytes[t]
+            delta[hi + 1] -= p.tensor_bytes[t]
+    return np.cumsum(delta)[: m + 1]

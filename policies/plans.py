@@ -1,9 +1,9 @@
 """The :class:`Plan`: what a policy decided, in the form both executors take.
 
 A plan holds the graph, the device of every op, the order of ops on each device and the
-transfers that cross devices. It is validated on construction (every op placed once, each
-device order consistent with the dependencies, no cross-device deadlock) and against a
-cluster with :meth:`Plan.validate`.
+transfers that cross devices. It is validated on construction (every op placed once, the
+ops of each co-placement group on one device, each device order consistent with the
+dependencies, no cross-device deadlock) and against a cluster with :meth:`Plan.validate`.
 """
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ class Plan:
         self.estimated_makespan_s = estimated_makespan_s
         self.info: dict[str, Any] = dict(info or {})
         self._check_placed(placement)
+        self._check_groups()
         self._check_order()
         self.transfers: tuple[Transfer, ...] = self._derive_transfers()
 
@@ -128,6 +129,16 @@ class Plan:
             raise PlacementError(f"plan: op {extra[0]!r} is placed on device "
                                  f"{placement[extra[0]]!r} but is not in graph "
                                  f"{self.graph.name!r}")
+
+    def _check_groups(self) -> None:
+        for group, ops in self.graph.groups.items():
+            devices: dict[str, str] = {}
+            for name in ops:  # the first op of the group on each device
+                devices.setdefault(self.placement[name], name)
+            if len(devices) > 1:
+                shown = ", ".join(f"{name} on {d}" for d, name in devices.items())
+                raise PlacementError(f"plan of policy {self.policy!r}: co-placement group "
+                                     f"{group!r} must share one device, got {shown}")
 
     def _check_order(self) -> None:
         position: dict[str, int] = {}

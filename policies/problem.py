@@ -7,6 +7,13 @@ memory-aware policies honour. :class:`MemoryBook` keeps that account per device.
 The memory model is conservative, so a plan that respects it cannot run out of memory in the
 simulator: an op charges its device its resident state, its outputs and its workspace, as
 if nothing were ever freed, and a device pays once for every remote tensor it receives.
+
+Co-placement groups (:attr:`workloads.Graph.groups`) are part of the problem: an op's time
+is infinite on a device that cannot run every op of its group; each group has a *lead*, its
+first op that is not a bare source, whose placement decides the group's device; the group's
+sources with no inputs (a layer's ``parameter`` op) *float*: list schedulers do not schedule
+them, they land where their lead does. The first op of a group placed reserves the whole
+group's memory.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from workloads.graph import Graph
 if TYPE_CHECKING:
     from policies.plans import Plan
 
-__all__ = ["MemoryBook", "Problem", "model_makespan", "schedule_length"]
+__all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "schedule_length"]
 
 
 class Problem:
@@ -47,6 +54,7 @@ class Problem:
         self.tensor_names = a.tensor_names
         self.op_memory = (a.param_bytes + a.alloc_bytes).tolist()
         self.capacity = [d.memory_bytes for d in cluster.devices]
+        self._init_groups(graph)
         self._by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         self._comm: dict[tuple[int, int, int], float] = {}
 
@@ -66,6 +74,55 @@ class Problem:
             raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
                                  f"of cluster {self.cluster.name!r}")
         return times
+
+    def _init_groups(self, graph: Graph) -> None:
+        #: group index of each op (-1: none); the ops of each group; each group's lead.
+        self.group = [-1] * self.n
+        self.members: list[list[int]] = []
+        self.lead: list[int] = []
+        self.floating = [False] * self.n
+        position = self.graph.arrays.position
+        for ops in graph.groups.values():
+            idx = sorted(position[name] for name in ops)
+            g = len(self.members)
+            for i in idx:
+                self.group[i] = g
+            bare = [i for i in idx if not self.preds[i]
+                    and graph.op(self.names[i]).op_class == "source"]
+            lead = next((i for i in idx if i not in bare), idx[0])
+            for i in bare:
+                self.floating[i] = i != lead
+            self.members.append(idx)
+            self.lead.append(lead)
+            able = np.isfinite(self.times[idx]).all(axis=0)
+            if not able.any():
+                name = graph.op(self.names[lead]).attrs["colocate"]
+                raise PlacementError(f"co-placement group {name!r}: no device of cluster "
+                                     f"{self.cluster.name!r} runs all its ops")
+            self.times[np.ix_(np.asarray(idx), np.flatnonzero(~able))] = np.inf
+        #: Each op's representative: its group's lead, or itself.
+        self.node_of = [i if g < 0 else self.lead[g] for i, g in enumerate(self.group)]
+
+    def group_memory(self, g: int) -> int:
+        return sum(self.op_memory[i] for i in self.members[g])
+
+    @cached_property
+    def node_work(self) -> np.ndarray:
+        """Mean op time gathered onto each op's representative (0 for other members)."""
+        work = np.zeros(self.n)
+        np.add.at(work, self.node_of, np.nan_to_num(self.mean_times))
+        return work
+
+    @cached_property
+    def node_times(self) -> np.ndarray:
+        """Op times per device gathered onto representatives (0 for other members)."""
+        times = np.zeros_like(self.times)
+        np.add.at(times, self.node_of, self.times)
+        return times
+
+    def follow_leads(self, where: list[int]) -> list[int]:
+        """``where`` with every op of a group on the device of the group's lead."""
+        return [where[r] for r in self.node_of]
 
     def _one(self, name: str, device: str) -> float:
         try:
@@ -128,22 +185,35 @@ class MemoryBook:
         self.policy = policy
         self.used = [0] * len(problem.devices)
         self.received: set[tuple[int, int]] = set()
+        self.reserved = [False] * len(problem.members)
 
     def need(self, op: int, d: int, where: list[int]) -> int:
-        """Bytes placing ``op`` on device ``d`` adds, given earlier ops' devices."""
-        extra = self.p.op_memory[op]
-        for src, tensor in self.p.preds[op]:
-            if where[src] != d and (tensor, d) not in self.received:
-                extra += self.p.tensor_bytes[tensor]
-        return extra
+        """Bytes placing ``op`` on device ``d`` adds, given earlier ops' devices (-1: not
+        placed yet). The first op of a group placed reserves for the whole group: its
+        ops' memory and every tensor they read from outside it, wherever that will be
+        made (later ops of the group then need nothing, so none can be stranded)."""
+        p = self.p
+        g = p.group[op]
+        if g >= 0 and self.reserved[g]:
+            return 0
+        ops = [op] if g < 0 else p.members[g]
+        remote = {tensor for o in ops for src, tensor in p.preds[o]
+                  if where[src] != d and (tensor, d) not in self.received
+                  and (g < 0 or p.group[src] != g)}
+        own = p.op_memory[op] if g < 0 else p.group_memory(g)
+        return own + sum(p.tensor_bytes[t] for t in remote)
 
     def fits(self, op: int, d: int, where: list[int]) -> bool:
         return self.used[d] + self.need(op, d, where) <= self.p.capacity[d]
 
     def commit(self, op: int, d: int, where: list[int]) -> None:
+        p = self.p
         self.used[d] += self.need(op, d, where)
-        for src, tensor in self.p.preds[op]:
-            if where[src] != d:
+        g = p.group[op]
+        if g >= 0:
+            self.reserved[g] = True
+        for src, tensor in p.preds[op]:
+            if where[src] != d and (g < 0 or p.group[src] != g):
                 self.received.add((tensor, d))
 
     def fail(self, op: int) -> OutOfMemory:
@@ -152,6 +222,32 @@ class MemoryBook:
         return OutOfMemory(
             f"policy {self.policy!r}: op {self.p.names[op]!r} needs "
             f"{self.p.op_memory[op]} bytes and fits on no device (bytes free: {free})")
+
+
+class Pins:
+    """Co-placement as a schedule grows: the first op of a group placed fixes the group's
+    device, and the group's floating ops land there."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.p = problem
+        self.device = [-1] * len(problem.members)
+
+    def of(self, op: int) -> int:
+        """The device ``op`` must go to (-1: free)."""
+        g = self.p.group[op]
+        return -1 if g < 0 else self.device[g]
+
+    def fix(self, op: int, d: int, where: list[int]) -> list[int]:
+        """Record ``op`` on ``d``; return the group's other ops that now have a device."""
+        g = self.p.group[op]
+        if g < 0 or self.device[g] >= 0:
+            return []
+        self.device[g] = d
+        landed = [m for m in self.p.members[g] if m != op]
+        for m in landed:
+            if self.p.floating[m]:
+                where[m] = d
+        return landed
 
 
 def schedule_length(p: Problem, where: list[int], sequence: list[int]) -> float:

@@ -13,14 +13,15 @@ third-party package tests its policy with::
 :func:`check_policy` runs every check and reports every failure at once.
 
 Properties: every op is placed on a device of the cluster and the Plan validates and
-round-trips through JSON, on one device, on heterogeneous clusters, on a graph of one op and
-on a graph of independent components; the same seed gives the same Plan; a policy's own
-makespan estimate, if it gives one, is never below the lower bound; a policy that claims to
-honour memory (``memory_aware = True``) never yields a plan over any device's capacity under
-the conservative memory model of :mod:`policies.problem` (which bounds the simulator's
-peak), and raises :class:`OutOfMemory` when no plan fits; ops no device can run are refused
-with a clear error. (The suite stays below the simulator in the layering; ``tests/policies``
-also simulates every policy's plans.)
+round-trips through JSON, on one device, on heterogeneous clusters, on a graph of one op,
+on a graph of independent components and on graphs with co-placement groups (a training
+step; two grouped ops ready at once), whose ops always share a device; the same seed gives
+the same Plan; a policy's own makespan estimate, if it gives one, is never below the lower
+bound; a policy that claims to honour memory (``memory_aware = True``) never yields a plan
+over any device's capacity under the conservative memory model of :mod:`policies.problem`
+(which bounds the simulator's peak), and raises :class:`OutOfMemory` when no plan fits; ops
+no device can run are refused with a clear error. (The suite stays below the simulator in
+the layering; ``tests/policies`` also simulates every policy's plans.)
 
 >>> from policies.testing import check_policy
 >>> check_policy("round_robin")  # raises ConformanceError naming every failed check
@@ -128,6 +129,31 @@ def _lenet() -> Graph:
     return build_model("lenet5", batch=16)
 
 
+def _training_step() -> Graph:
+    """A two-layer perceptron's Adam step: weights as inputs, co-placement groups."""
+    from workloads.builder import GraphBuilder
+    from workloads.training import training_graph
+
+    b = GraphBuilder("mlp2")
+    b.softmax(b.linear(b.relu(b.linear(b.input((32, 256)), 512, name="fc1")), 10, name="fc2"))
+    return training_graph(b.build(), "adam")
+
+
+def _mates() -> Graph:
+    """A group of two ops with no path between them, ready at once, and a floating
+    source: the group's device is fixed by whichever is placed first."""
+    ops = [Op("w", "input", "source", outputs=(Tensor("w", (1024,)),),
+              attrs={"colocate": "g"}),
+           *random_dag(4, seed=7).ops,
+           Op("a", "synthetic", "matmul", inputs=("o0", "w"), outputs=(Tensor("a", (4096,)),),
+              flops=10**9, attrs={"colocate": "g"}),
+           Op("b", "synthetic", "matmul", inputs=("o1",), outputs=(Tensor("b", (4096,)),),
+              flops=3 * 10**9, attrs={"colocate": "g"}),
+           Op("c", "synthetic", "matmul", inputs=("a", "b", "o3"),
+              outputs=(Tensor("c", (64,)),), flops=10**8)]
+    return Graph("mates", ops)
+
+
 #: (name, graph factory, cluster factory) of the instances every policy runs on.
 CASES: tuple[tuple[str, Callable[[], Graph], Callable[[], Cluster]], ...] = (
     ("one device", lambda: random_dag(12, seed=1), _one_device),
@@ -136,6 +162,9 @@ CASES: tuple[tuple[str, Callable[[], Graph], Callable[[], Cluster]], ...] = (
     ("heterogeneous CPU + GPU", _mlp, lambda: get_cluster("workstation")),
     ("heterogeneous box", lambda: random_dag(20, seed=4), lambda: get_cluster("hetero-box")),
     ("CNN on NVLink", _lenet, lambda: get_cluster("dgx1-v100")),
+    ("training step with co-placement", _training_step,
+     lambda: get_cluster("quad-v100-nvlink")),
+    ("co-placed ops ready together", _mates, lambda: get_cluster("hetero-box")),
 )
 
 
@@ -163,6 +192,23 @@ def check_valid_plans(source: PolicySource) -> None:
                  f"{label} on {case}: op placed on a device the cluster lacks")
         _require(Plan.from_json(p.to_json()) == p, f"{label} on {case}: the Plan does not "
                                                   f"round-trip through JSON")
+
+
+def check_honours_groups(source: PolicySource) -> None:
+    """The ops of each co-placement group share a device (``plan`` refuses a proposal
+    that splits one)."""
+    label = _label(source)
+    for case, graph, cluster in _cases(source):
+        if not graph.groups:
+            continue
+        try:
+            p = _plan(source, graph, cluster)
+        except PlacementError as err:
+            raise ConformanceError(f"{label} on {case}: {err}") from err
+        for group, ops in graph.groups.items():
+            devices = {p.placement[name] for name in ops}
+            _require(len(devices) == 1, f"{label} on {case}: group {group!r} split over "
+                                        f"{sorted(devices)}")
 
 
 def check_deterministic(source: PolicySource) -> None:
@@ -247,6 +293,7 @@ def _memory_aware(policy: PlacementPolicy) -> bool:
 
 CHECKS: tuple[Check[PolicySource], ...] = (
     Check("valid_plans", check_valid_plans),
+    Check("honours_groups", check_honours_groups),
     Check("deterministic", check_deterministic),
     Check("reusable", check_reusable),
     Check("estimate_above_bound", check_estimate_above_bound),

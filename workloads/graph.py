@@ -217,12 +217,37 @@ class Graph:
 
     @property
     def param_bytes(self) -> int:
-        return sum(op.param_bytes for op in self._ops.values())
+        """Resident state: the ops' own (parameters, buffers, optimizer state) and the
+        weights ``parameter`` ops hold."""
+        return sum(op.param_bytes for op in self._ops.values()) + self._weight_bytes
+
+    @property
+    def _weight_bytes(self) -> int:
+        return sum(op.output.nbytes for op in self._ops.values() if op.kind == "parameter")
 
     @property
     def activation_bytes(self) -> int:
-        """Bytes of every tensor produced, as if none were ever freed."""
-        return sum(t.nbytes for t in self._tensors.values())
+        """Bytes of every tensor produced but weights, as if none were ever freed."""
+        return sum(t.nbytes for t in self._tensors.values()) - self._weight_bytes
+
+    @cached_property
+    def groups(self) -> dict[str, tuple[str, ...]]:
+        """Co-placement groups (ops naming the same ``attrs["colocate"]`` must share a
+        device): group -> its ops in topological order.
+
+        >>> from workloads import build_model, training_graph
+        >>> training_graph(build_model("mlp"), colocate="weights").groups["fc2"]
+        ('fc2.weights', 'fc2', 'fc2.update')
+        """
+        out: dict[str, list[str]] = {}
+        for name in self._topo:
+            group = self._ops[name].attrs.get("colocate")
+            if group is not None:
+                if not isinstance(group, str) or not group:
+                    raise GraphError(f"op {name!r}: attrs.colocate must be a non-empty "
+                                     f"string naming a group, got {group!r}")
+                out.setdefault(group, []).append(name)
+        return {g: tuple(ops) for g, ops in out.items()}
 
     @property
     def bytes(self) -> int:

@@ -15,7 +15,7 @@ __all__ = ["OP_KINDS", "register_op_kind"]
 #: kind -> the op class it is costed as (``any``: the op states its own class).
 OP_KINDS: dict[str, str] = {
     # sources
-    "input": "source",
+    "input": "source", "parameter": "source",
     # dense algebra
     "linear": "matmul", "matmul": "matmul", "conv2d": "conv", "embedding": "data_movement",
     # elementwise

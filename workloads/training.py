@@ -1,20 +1,33 @@
 """Training graphs: a forward graph extended with its loss, backward ops and weight updates.
 
+Weights are values of the graph: each op that owns parameters reads them from a
+``parameter`` op (a source whose output, ``<op>.weights``, holds the trainable parameters
+flat, in the order of the op's weight slots); the op keeps only its buffers (batch norm's
+running statistics) as resident state. An op that shares another's weights reads the
+owner's tensor, so placing them apart costs a transfer.
+
 For every forward op on a path to the loss there is one ``backward`` op. It reads the
 gradients of the op's outputs (summing contributions of several readers), the op's inputs
-(activations saved in the forward pass, so they stay alive until it runs) and its weights;
-it writes a gradient for each input that needs one and, for an op with weights, a weight
-gradient. FLOPs: matmul and convolution pay the forward FLOPs once per gradient they
+(activations saved in the forward pass, so they stay alive until it runs) and its weights
+tensor; it writes a gradient for each input that needs one and, for an op with weights, a
+flat weight gradient. FLOPs: matmul and convolution pay the forward FLOPs once per gradient they
 compute, each activation operand's and the weights' (so a step costs about three forwards,
 and a product of two activations such as attention's Q.K^T pays twice); other classes pay
-the forward FLOPs once. Each weight gets an update op that reads its gradient(s) and holds the
-optimizer's state as resident bytes. Weights shared across ops (``attrs["shares"]``) collect
-every user's gradient in the owner's update.
+the forward FLOPs once. Each weight gets an update op that reads its gradient(s) and the
+weights it updates in place, and holds the optimizer's state as resident bytes. Weights
+shared across ops (``attrs["shares"]``) collect every user's gradient in the owner's
+update.
+
+Co-placement (``attrs["colocate"]``, a group name; ops of one group must share a device):
+with ``colocate="ops"`` (the default, what PyTorch's autograd and TensorFlow's
+``colocate_gradients_with_ops`` do) a forward op, its backward op, and for an owner of
+weights its parameter and update ops form one group; ``"weights"`` groups only an owner
+with its parameter and update ops; ``"none"`` leaves every op free.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from workloads.dtypes import DTYPE_BYTES
@@ -24,7 +37,10 @@ from workloads.op import Op, Tensor
 if TYPE_CHECKING:
     from workloads.graph import Graph
 
-__all__ = ["OPTIMIZERS", "Optimizer", "training_graph"]
+__all__ = ["COLOCATE", "OPTIMIZERS", "Optimizer", "training_graph"]
+
+#: How ``training_graph`` groups ops that must share a device.
+COLOCATE = ("ops", "weights", "none")
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,10 @@ def _weights(forward: Graph, op: Op) -> tuple[str, int] | None:
     return None
 
 
+def _weights_tensor(owner: str) -> str:
+    return f"{owner}.weights"
+
+
 def _backward(forward: Graph, op: Op, grads_in: list[str], needs: set[str],
               tensors: dict[str, Tensor]) -> tuple[Op, list[str], tuple[str, int] | None]:
     """The backward op of ``op``, the input-gradient tensors it writes, and its weights."""
@@ -94,28 +114,35 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], needs: set[str],
     saved = sum(forward.tensor(n).nbytes for n in dict.fromkeys(op.inputs))
     reads = sum(tensors[n].nbytes for n in grads_in) + saved + weight_bytes
     view = op.bytes_read == 0 and op.bytes_written == 0
+    inputs = tuple(grads_in) + tuple(dict.fromkeys(op.inputs))
     back = Op(
         name=f"{op.name}.backward", kind="backward", op_class=op.op_class,
-        inputs=tuple(grads_in) + tuple(dict.fromkeys(op.inputs)), outputs=tuple(outs),
-        attrs={"of": op.name, "of_kind": op.kind}, flops=flops,
+        inputs=inputs + ((_weights_tensor(weights[0]),) if weights else ()),
+        outputs=tuple(outs),
+        attrs={"of": op.name, "of_kind": op.kind, "grads": len(grads_in)}, flops=flops,
         bytes_read=0 if view else reads,
         bytes_written=0 if view else sum(t.nbytes for t in outs),
     )
     return back, grad_of, weights
 
 
-def training_graph(forward: Graph, optimizer: str = "sgd") -> Graph:
-    """One training step of ``forward``: loss, backward ops, weight updates.
+def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops") -> Graph:
+    """One training step of ``forward``: parameters, loss, backward ops, weight updates.
 
     >>> from workloads import build_model
     >>> fwd = build_model("mlp", batch=32)
     >>> step = training_graph(fwd, "adam")
     >>> step.params == fwd.params, 2.5 < step.flops / fwd.flops < 3.1
     (True, True)
+    >>> step.groups["fc1"]
+    ('fc1.weights', 'fc1', 'fc1.backward', 'fc1.update')
     """
     if optimizer not in OPTIMIZERS:
         raise GraphError(f"training graph: optimizer must be one of "
                          f"{', '.join(OPTIMIZERS)}, got {optimizer!r}")
+    if colocate not in COLOCATE:
+        raise GraphError(f"training graph: colocate must be one of {', '.join(COLOCATE)}, "
+                         f"got {colocate!r}")
     opt = OPTIMIZERS[optimizer]
     target = _loss_target(forward)
     needs = _needs_grad(forward, target)
@@ -124,9 +151,9 @@ def training_graph(forward: Graph, optimizer: str = "sgd") -> Graph:
                                                              "int64"),))
     seed = Tensor(f"{out.name}.grad@loss", out.shape, out.dtype)
     loss = Op("loss", "cross_entropy", "reduction", inputs=(out.name, "labels"),
-              outputs=(seed,), flops=4 * out.numel,
+              outputs=(seed,), attrs={"classes": out.shape[-1]}, flops=4 * out.numel,
               bytes_read=out.nbytes + labels.outputs[0].nbytes, bytes_written=seed.nbytes)
-    ops: list[Op] = [*forward.ops, labels, loss]
+    ops: list[Op] = [*_parameters(forward), *_lift(forward), labels, loss]
     tensors: dict[str, Tensor] = {seed.name: seed}
     grads: dict[str, list[str]] = {out.name: [seed.name]}
     wgrads: dict[str, list[str]] = {}
@@ -149,7 +176,47 @@ def training_graph(forward: Graph, optimizer: str = "sgd") -> Graph:
         ops.append(_update(forward.op(owner), parts, tensors, opt))
     from workloads.graph import Graph  # here: the optimizer table is read without networkx
 
-    return Graph(f"{forward.name}.train.{optimizer}", ops)
+    return Graph(f"{forward.name}.train.{optimizer}", _grouped(ops, forward, colocate))
+
+
+def _parameters(forward: Graph) -> list[Op]:
+    """One ``parameter`` op per owner of weights: its output is the weights, flat."""
+    return [Op(_weights_tensor(op.name), "parameter", "source",
+               outputs=(Tensor(_weights_tensor(op.name), (op.params,), op.dtype),),
+               attrs={"weights_of": op.name})
+            for op in forward if op.params and not op.attrs.get("shares")]
+
+
+def _lift(forward: Graph) -> list[Op]:
+    """Forward ops reading their weights as an input; an owner keeps only its buffers."""
+    out = []
+    for op in forward:
+        owner = op.name if op.params and not op.attrs.get("shares") else op.attrs.get("shares")
+        if not owner:
+            out.append(op)
+            continue
+        weight_bytes = op.params * DTYPE_BYTES[op.dtype] if owner == op.name else 0
+        out.append(replace(op, inputs=(*op.inputs, _weights_tensor(owner)),
+                           param_bytes=op.param_bytes - weight_bytes))
+    return out
+
+
+def _grouped(ops: list[Op], forward: Graph, colocate: str) -> list[Op]:
+    """``ops`` with ``attrs["colocate"]`` set as the ``colocate`` mode says."""
+    if colocate == "none":
+        return ops
+    group: dict[str, str] = {}
+    for op in ops:
+        if op.kind == "parameter" or op.kind.endswith("_update"):
+            group[op.name] = op.attrs["weights_of"]
+        elif op.kind == "backward" and colocate == "ops":
+            group[op.name] = op.attrs["of"]
+    members = set(group.values())
+    for op in forward:
+        if op.name in members or (colocate == "ops" and f"{op.name}.backward" in group):
+            group[op.name] = op.name
+    return [replace(op, attrs={**op.attrs, "colocate": group[op.name]})
+            if op.name in group else op for op in ops]
 
 
 def _update(owner: Op, parts: list[str], tensors: dict[str, Tensor], opt: Optimizer) -> Op:
@@ -158,7 +225,8 @@ def _update(owner: Op, parts: list[str], tensors: dict[str, Tensor], opt: Optimi
     state = opt.state_per_param * weights
     return Op(
         name=f"{owner.name}.update", kind=opt.kind, op_class="elementwise",
-        inputs=tuple(parts), outputs=(), attrs={"weights_of": owner.name},
+        inputs=(*parts, _weights_tensor(owner.name)), outputs=(),
+        attrs={"weights_of": owner.name},
         flops=opt.flops_per_param * owner.params + owner.params * (len(parts) - 1),
         bytes_read=sum(tensors[p].nbytes for p in parts) + weights + state,
         bytes_written=weights + state, param_bytes=state,

@@ -41,6 +41,34 @@ def test_unplaced_and_misordered_ops_are_named() -> None:
         Plan(g, {"op0": "d0", "op1": "d0"}, {"d0": ["op0"]})
 
 
+def test_a_plan_splitting_a_co_placement_group_is_refused() -> None:
+    from workloads import training_graph
+
+    step = training_graph(build_model("mlp"))
+    placement = dict.fromkeys(step.topological_order(), "gpu0") | {"fc2.backward": "gpu1"}
+    order = {"gpu0": [n for n in step.topological_order() if n != "fc2.backward"],
+             "gpu1": ["fc2.backward"]}
+    with pytest.raises(PlacementError, match=r"plan of policy '': co-placement group 'fc2' "
+                                             "must share one device, got fc2.weights on gpu0, "
+                                             "fc2.backward on gpu1"):
+        Plan(step, placement, order)
+
+
+def test_plan_refuses_a_policy_that_ignores_groups() -> None:
+    from policies import Placement, PlacementPolicy
+    from workloads import training_graph
+
+    class Alternate(PlacementPolicy):
+        name = "alternate"
+
+        def place(self, graph, cluster, cost):  # type: ignore[no-untyped-def]
+            names = graph.topological_order()
+            return Placement({n: cluster.device_names[i % 2] for i, n in enumerate(names)})
+
+    with pytest.raises(PlacementError, match="plan of policy 'alternate': co-placement group"):
+        plan(training_graph(build_model("mlp")), get_cluster("quad-v100-nvlink"), Alternate())
+
+
 def test_transfers_are_one_per_tensor_and_destination() -> None:
     g = Graph("fan", [op("x", nbytes=40), op("a", ("x",)), op("b", ("x",)), op("c", ("x",))])
     p = Plan(g, {"x": "d0", "a": "d1", "b": "d1", "c": "d0"},
