@@ -28,7 +28,7 @@ from experiments.commands import (
 )
 from sim.options import LINK_MODELS, ORDERS
 from workloads.errors import PlacelabError
-from workloads.training import OPTIMIZERS
+from workloads.training import COLOCATE, OPTIMIZERS
 
 __all__ = ["main"]
 
@@ -57,6 +57,10 @@ def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
                    help="a whole training step: forward, loss, backward, weight update")
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="sgd",
                    help="optimizer of the training step (default: sgd)")
+    p.add_argument("--colocate", choices=COLOCATE, default="ops",
+                   help="ops of a training step that must share a device: a forward op "
+                   "with its backward, weights and update (ops, the default), a layer's "
+                   "weights with its forward op and update (weights), or none")
     p.add_argument("--passes", help="optimizer passes to run first, comma-separated "
                    "(cse, dce, fuse_elementwise)")
 

@@ -106,7 +106,7 @@ def load_graph(args: argparse.Namespace) -> Graph:
     else:
         graph = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
     if args.train:
-        graph = training_graph(graph, args.optimizer)
+        graph = training_graph(graph, args.optimizer, colocate=args.colocate)
     if getattr(args, "passes", None):
         graph, _ = PassManager(split(args.passes, "passes")).run(graph)
     return graph
@@ -247,9 +247,6 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     if not args.model and not args.graph:
         raise PlacelabError("run: expected --model NAME or --graph FILE, got neither")
-    if args.train:
-        raise PlacelabError("run: --train needs backward kernels, which the runtime does "
-                            "not have yet; expected a forward graph")
     graph = load_graph(args)
     make_policy(args.policy)
     engine = make_engine(args.engine, args.devices)
@@ -292,7 +289,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         args.policies, "policies", split_policies(args.policies))
     df = compare(split(args.model, "model"), split(args.cluster, "cluster"), policies,
                  batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
-                 passes=split(args.passes, "passes") if args.passes else ())
+                 colocate=args.colocate, passes=split(args.passes, "passes") if args.passes else ())
     if args.out:
         write_results(df, args.out)
     if args.plot:

@@ -74,12 +74,13 @@ def run_one(graph: Graph, cluster: Cluster, policy: str, *, cost: str = "rooflin
 def compare(models: Sequence[str], clusters: Sequence[str] | str,
             policies: Sequence[str] | str = "all", *, batch: int = 1,
             cost: str = "roofline", train: bool = False, optimizer: str = "sgd",
-            passes: Sequence[str] = ()) -> pd.DataFrame:
+            colocate: str = "ops", passes: Sequence[str] = ()) -> pd.DataFrame:
     """Every model x cluster x policy, simulated; one row each (see ``RESULT_COLUMNS``).
 
     ``speedup_vs_single_device`` is the single-device makespan over the row's makespan
     (present when ``single_device`` is among the policies). ``train`` simulates a whole
-    training step (``workloads.training_graph`` with ``optimizer``) instead of a forward pass.
+    training step (``workloads.training_graph`` with ``optimizer`` and ``colocate``) instead
+    of a forward pass.
 
     >>> df = compare(["mlp"], "workstation", ["single_device", "heft"], batch=8)
     >>> list(df["policy"])
@@ -95,7 +96,7 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
     for model in models:
         graph = build_model(model, batch=batch)
         if train:
-            graph = training_graph(graph, optimizer)
+            graph = training_graph(graph, optimizer, colocate=colocate)
         if passes:
             graph, _ = PassManager(passes).run(graph)
         for cluster_name in clusters:

@@ -6,7 +6,10 @@ Memory is counted as the engine allocates and frees: a device holds the weights 
 placed on it (a shared weight on every device that uses it), an op's outputs from its start
 until its last local reader and outgoing copy are done (a view, which moves no bytes,
 allocates nothing), a received copy from the start of the copy until its last reader is
-done; graph outputs stay until the end of the run.
+done; graph outputs stay until the end of the run. In a training graph the weights are the
+outputs of ``parameter`` ops, counted like any output; the buffers of the ops that own them
+and the optimizer state of the update ops are held for the whole run, and the updates
+change the weights in place, so repeated runs are successive training steps.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ import numpy as np
 
 from policies.plans import Plan, Transfer
 from runtime.engine import Engine
-from runtime.kernels import kernel_for
-from runtime.weights import owner_of, weight_arrays
-from workloads.errors import GraphError, PlacelabError
+from runtime.resident import STAGED, numpy_dtype, parameters, place_resident, resident_key
+from runtime.training import UPDATES, Call, bind, check_trainable
+from workloads.errors import PlacelabError
 from workloads.graph import Graph
 from workloads.io import write_text_atomic
 from workloads.op import Op
@@ -38,14 +41,11 @@ if TYPE_CHECKING:
 
 __all__ = ["RunResult", "execute", "make_inputs"]
 
-_NUMPY_DTYPES = {"fp64": np.float64, "fp32": np.float32, "fp16": np.float16,
-                 "int64": np.int64, "int32": np.int32, "int8": np.int8, "bool": np.bool_}
-
-
 @dataclass
 class RunResult:
     """Measured: makespan per repeat (median and spread), the Trace of the last repeat,
-    peak memory per device, and the graph's outputs on the host."""
+    peak memory per device, and the graph's outputs on the host; for a training graph, the
+    weights after the last step (owner op -> flat array, in its slot order)."""
 
     makespans_s: list[float]
     peak_memory_bytes: dict[str, int]
@@ -53,6 +53,7 @@ class RunResult:
     outputs: dict[str, np.ndarray] = field(repr=False)
     memory_log: list[tuple[float, str, int]] = field(repr=False)
     devices: tuple[str, ...] = ()
+    parameters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     @property
     def makespan_s(self) -> float:
@@ -72,17 +73,10 @@ class RunResult:
         return write_text_atomic(path, json.dumps(chrome_trace(self.trace)))
 
 
-def _numpy_dtype(dtype: str) -> Any:
-    try:
-        return _NUMPY_DTYPES[dtype]
-    except KeyError:
-        raise GraphError(f"the runtime runs {', '.join(_NUMPY_DTYPES)}, got {dtype!r}") \
-            from None
-
-
 def make_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Host arrays for the graph's inputs: standard normal floats; integer ids below the
-    smallest table (vocabulary) of the embeddings that read them."""
+    smallest table (vocabulary) of the embeddings that read them, or the number of classes
+    of the loss that reads them."""
     out = {}
     for op in graph:
         if op.kind != "input":
@@ -90,30 +84,35 @@ def make_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         t = op.output
         rng = np.random.default_rng([seed, zlib.crc32(t.name.encode())])
         if t.dtype.startswith("int"):
-            tables = [graph.op(c).attrs.get("vocab", 2) for c in graph.consumers(t.name)]
+            tables = [graph.op(c).attrs.get("vocab", graph.op(c).attrs.get("classes", 2))
+                      for c in graph.consumers(t.name)]
             out[t.name] = rng.integers(0, min(tables, default=2), t.shape).astype(
-                _numpy_dtype(t.dtype))
+                numpy_dtype(t.dtype))
         else:
-            out[t.name] = rng.standard_normal(t.shape).astype(_numpy_dtype(t.dtype))
+            out[t.name] = rng.standard_normal(t.shape).astype(numpy_dtype(t.dtype))
     return out
 
 
-def _check_runnable(plan: Plan, engine: Engine) -> None:
+def _bind_all(plan: Plan, engine: Engine) -> dict[str, Call]:
+    """Every op's call, made before anything runs (so a missing kernel stops nothing)."""
     plan.validate(engine.cluster())
+    calls = {}
     for op in plan.graph:
-        if op.kind != "input":  # inputs are staged on their device before the run
-            kernel_for(op)
-        _numpy_dtype(op.dtype)
+        numpy_dtype(op.dtype)
+        if op.kind not in STAGED:
+            check_trainable(plan.graph, op)
+            calls[op.name] = bind(plan.graph, op)
+    return calls
 
 
 class _Run:
     """One execution of the plan: shared state of the device and copy threads."""
 
     def __init__(self, plan: Plan, engine: Engine, inputs: Mapping[str, np.ndarray],
-                 weights: Mapping[tuple[str, str], Mapping[str, Any]],
-                 resident: Mapping[str, int]) -> None:
+                 weights: Mapping[tuple[str, str], dict[str, Any]],
+                 resident: Mapping[str, int], calls: Mapping[str, Call]) -> None:
         self.plan, self.engine, self.graph = plan, engine, plan.graph
-        self.inputs, self.weights = inputs, weights
+        self.inputs, self.weights, self.calls = inputs, weights, calls
         self.values: dict[tuple[str, str], Any] = {}
         self.ready: dict[tuple[str, str], threading.Event] = {}
         self.refs: dict[tuple[str, str], int] = {}
@@ -124,6 +123,7 @@ class _Run:
         self.log: list[tuple[float, str, int]] = []
         self.rows: list[dict[str, Any]] = []
         self.failure: BaseException | None = None
+        self.updated: dict[str, tuple[str, Any]] = {}
         self.copies = {d: queue.Queue() for d in engine.devices}  # type: ignore[var-annotated]
         self.sends: dict[str, list[Transfer]] = {}
         self._wire()
@@ -138,7 +138,8 @@ class _Run:
                 readers = [c for c in self.graph.consumers(t.name)
                            if self.plan.placement[c] == d]
                 self.refs[key] = len(readers) + (1 if t.name in keep else 0)
-                self.nbytes[key] = t.nbytes if op.bytes_written else 0
+                self.nbytes[key] = t.nbytes if op.bytes_written or op.kind == "parameter" \
+                    else 0
         for tr in self.plan.transfers:
             self.sends.setdefault(tr.producer, []).append(tr)
             self.refs[(tr.tensor, tr.src)] += 1
@@ -193,11 +194,13 @@ class _Run:
         for t in op.outputs:
             self._allocate((t.name, device))
         start = engine.now()
-        if op.kind == "input":
+        if op.kind in STAGED:
             outs: tuple[Any, ...] = (self.inputs[op.output.name],)
         else:
-            weights = self.weights.get((owner_of(self.graph, op).name, device), {})
-            outs = kernel_for(op)(engine.xp, op, args, weights)
+            resident = self.weights.get((resident_key(self.graph, op), device), {})
+            outs = self.calls[op.name](engine.xp, args, resident)
+            if op.kind in UPDATES:  # updated in place: remember where
+                self.updated[op.inputs[-1]] = (device, args[-1])
         engine.synchronize(device)
         end = engine.now()
         self._row(op.name, "compute", device, "", "", f"{device}/stream0", start, end,
@@ -299,38 +302,33 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
     if warmup < 0 or repeats < 1:
         raise PlacelabError(f"execute: expected warmup >= 0 and repeats >= 1, got "
                             f"warmup={warmup}, repeats={repeats}")
-    _check_runnable(plan, engine)
+    calls = _bind_all(plan, engine)
     host = dict(make_inputs(plan.graph, seed)) if inputs is None else dict(inputs)
-    placed, resident = _place_weights(plan, engine, seed, weights or {})
+    host |= parameters(plan.graph, seed, weights or {})
+    placed, resident = place_resident(plan, engine, seed, weights or {})
     staged = {op.output.name: engine.to_device(host[op.output.name], plan.placement[op.name])
-              for op in plan.graph if op.kind == "input"}
+              for op in plan.graph if op.kind in STAGED}
     times: list[float] = []
     with engine.session(), _Workers(engine.devices) as workers:
         for i in range(warmup + repeats):
-            run = _Run(plan, engine, staged, placed, resident)
+            run = _Run(plan, engine, staged, placed, resident, calls)
             elapsed = run.run(workers)
+            _write_back(run, staged)
             if i >= warmup:
                 times.append(elapsed)
-    return _result(plan, engine, run, times)
+    result = _result(plan, engine, run, times)
+    result.parameters = {op.attrs["weights_of"]: engine.to_host(staged[op.output.name])
+                         for op in plan.graph if op.kind == "parameter"}
+    return result
 
 
-def _place_weights(plan: Plan, engine: Engine, seed: int,
-                   given: Mapping[str, Mapping[str, np.ndarray]]
-                   ) -> tuple[dict[tuple[str, str], dict[str, Any]], dict[str, int]]:
-    """Each op's weights on its device (shared weights on every device that uses them)."""
-    weights: dict[tuple[str, str], dict[str, Any]] = {}
-    resident = dict.fromkeys(engine.devices, 0)
-    for op in plan.graph:
-        owner = owner_of(plan.graph, op)
-        device = plan.placement[op.name]
-        key = (owner.name, device)
-        if key in weights or not owner.params:
-            continue
-        host = dict(given[owner.name]) if owner.name in given else \
-            weight_arrays(owner, seed, _numpy_dtype(owner.dtype))
-        weights[key] = {k: engine.to_device(v, device) for k, v in host.items()}
-        resident[device] += sum(int(v.nbytes) for v in host.values())
-    return weights, resident
+def _write_back(run: _Run, staged: dict[str, Any]) -> None:
+    """Weights updated on another device than their ``parameter`` op's (a plan that does
+    not co-place them) are copied home for the next step, outside the timed step."""
+    for tensor, (device, value) in run.updated.items():
+        home = run.plan.placement[run.graph.producer(tensor)]
+        if device != home:
+            staged[tensor][...] = run.engine.copy(value, device, home)
 
 
 def _result(plan: Plan, engine: Engine, run: _Run, times: list[float]) -> RunResult:

@@ -6,9 +6,9 @@ none) and of each weight slot. Batch norm is differentiated in its inference for
 running statistics), the form its forward kernel computes. Updates follow PyTorch's
 ``torch.optim`` definitions (SGD, SGD with momentum, Adam with bias correction).
 
-The executor does not run training graphs yet: that needs weights as real inputs of
-backward and update ops in the IR. These kernels are tested on their own (``tests/runtime``)
-against PyTorch's autograd and finite differences.
+:mod:`runtime.training` binds them to the ops of a training graph. They are tested on their
+own (``tests/runtime``) against PyTorch's autograd and finite differences, and whole steps
+against ``torch.optim``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from array_api_compat import device as _device
 
 from runtime.kernels import registrar, windows  # windows: the forward's im2col views
 from workloads.errors import GraphError
@@ -35,7 +37,8 @@ _grad = registrar(GRADIENTS)
 
 def gradient(xp: Any, op: Op, grad_out: Array, inputs: Sequence[Array],
              weights: Mapping[str, Array]) -> Grads:
-    """Gradients of ``op``'s inputs and weights given the gradient of its (single) output."""
+    """Gradients of ``op``'s inputs and weights given the gradient of its output (a list,
+    one per output, for an op with several)."""
     try:
         fn = GRADIENTS[op.kind]
     except KeyError:
@@ -53,11 +56,13 @@ def _sum_to(xp: Any, g: Array, shape: tuple[int, ...]) -> Array:
 
 @_grad("linear")
 def _linear(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
-    weight = w["weight"]
+    # A head tied to an embedding reads the table transposed; its gradient goes back so.
+    weight = w["weight"] if "weight" in w else xp.permute_dims(w["table"], (1, 0))
     din = xp.matmul(dy, xp.permute_dims(weight, (1, 0)))
     rows = xp.reshape(x[0], (-1, weight.shape[0]))
     drows = xp.reshape(dy, (-1, weight.shape[1]))
-    grads = {"weight": xp.matmul(xp.permute_dims(rows, (1, 0)), drows)}
+    dweight = xp.matmul(xp.permute_dims(rows, (1, 0)), drows)
+    grads = {"weight": dweight} if "weight" in w else {"table": xp.permute_dims(dweight, (1, 0))}
     if op.attrs.get("bias"):
         grads["bias"] = xp.sum(drows, axis=0)
     return [din], grads
@@ -123,14 +128,36 @@ def _max_pool(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Ar
 @_grad("avg_pool2d")
 def _avg_pool(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]
               ) -> Grads:
-    if "output_size" in op.attrs or not op.attrs.get("count_include_pad", True):
-        raise GraphError(f"op {op.name!r}: the backward of adaptive pooling or of pooling "
-                         f"that does not count padding is not implemented")
+    if "output_size" in op.attrs:
+        return [_adaptive_avg(xp, dy, x[0].shape)], {}
     kh, kw = op.attrs["kernel"]
     n, c = x[0].shape[:2]
-    share = xp.expand_dims(dy, axis=2) / (kh * kw)
+    if op.attrs.get("count_include_pad", True) or not any(op.attrs.get("padding", (0, 0))):
+        count: Array | float = float(kh * kw)
+    else:  # each window averages over the cells it covers inside the input
+        ones = xp.ones((1, 1, *tuple(x[0].shape[2:])), dtype=dy.dtype, device=_device(dy))
+        cols, _, _ = windows(xp, ones, op, 0.0)
+        count = xp.sum(cols, axis=2)
+    share = xp.expand_dims(dy / count, axis=2)
     dcols = xp.broadcast_to(share, (n, c, kh * kw, *dy.shape[2:]))
     return [_fold(xp, dcols, op, x[0].shape)], {}
+
+
+def _adaptive_avg(xp: Any, dy: Array, shape: tuple[int, ...]) -> Array:
+    """The adjoint of adaptive average pooling, ``P_h dy P_w^T``: ``P[r, i]`` is 1 / (cell
+    i's extent) where input row ``r`` lies in cell ``i`` (PyTorch's cells)."""
+    size = dy.shape[-1]
+
+    def spread(extent: int) -> Array:
+        rows = [[0.0] * size for _ in range(extent)]
+        for i in range(size):
+            lo, hi = (i * extent) // size, -((-(i + 1) * extent) // size)
+            for r in range(lo, hi):
+                rows[r][i] = 1.0 / (hi - lo)
+        return xp.asarray(rows, dtype=dy.dtype, device=_device(dy))
+
+    h, w = shape[2:]
+    return xp.matmul(xp.matmul(spread(h), dy), xp.permute_dims(spread(w), (1, 0)))
 
 
 @_grad("global_avg_pool")
@@ -195,6 +222,32 @@ def _transpose(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, A
     return [xp.permute_dims(dy, inverse)], {}
 
 
+@_grad("concat")
+def _concat(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
+    axis = op.attrs.get("axis", 1) % dy.ndim
+    out, start = [], 0
+    for v in x:  # each input's slice of the output's gradient
+        index = [slice(None)] * dy.ndim
+        index[axis] = slice(start, start + v.shape[axis])
+        out.append(dy[tuple(index)])
+        start += v.shape[axis]
+    return out, {}
+
+
+@_grad("split")
+def _split(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
+    # dy: one gradient per output; the input's is their concatenation.
+    axis = op.attrs["axis"] % x[0].ndim
+    pieces = dy if len(op.outputs) > 1 else [dy]
+    parts = [xp.expand_dims(g, axis=axis) if op.attrs.get("squeeze") else g for g in pieces]
+    rest = x[0].shape[axis] - sum(op.attrs["sizes"])
+    if rest:  # the part no piece took gets no gradient
+        shape = list(x[0].shape)
+        shape[axis] = rest
+        parts.append(xp.zeros(tuple(shape), dtype=parts[0].dtype))
+    return [xp.concat(parts, axis=axis)], {}
+
+
 @_grad("softmax")
 def _softmax(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]
              ) -> Grads:
@@ -249,7 +302,9 @@ def cross_entropy_grad(xp: Any, probs: Array, labels: Array) -> Array:
     onehot = xp.astype(xp.reshape(labels, (*labels.shape, 1)) == xp.arange(classes),
                        probs.dtype)
     count = math.prod(labels.shape)
-    return -onehot / (probs * count)
+    # A probability that underflowed to 0 is floored: a huge finite gradient, never NaN.
+    floor = xp.finfo(probs.dtype).smallest_normal
+    return -onehot / (xp.maximum(probs, xp.asarray(floor, dtype=probs.dtype)) * count)
 
 
 def sgd_update(w: Array, g: Array, *, lr: float) -> Array:

@@ -168,7 +168,7 @@ class GraphBuilder:
 
     def _pool(self, kind: str, x: str, kernel: int | Sequence[int],
               stride: int | Sequence[int] | None, padding: int | Sequence[int],
-              name: str | None) -> str:
+              name: str | None, count_include_pad: bool = True) -> str:
         n, c, h, w = self._nchw(x, kind)
         kh, kw = _pair(kernel, "kernel")
         sh, sw = _pair(stride if stride is not None else kernel, "stride")
@@ -176,7 +176,7 @@ class GraphBuilder:
         ho, wo = self._window(x, h, w, kh, kw, sh, sw, ph, pw)
         attrs: dict[str, Any] = {"kernel": (kh, kw), "stride": (sh, sw), "padding": (ph, pw)}
         if kind == "avg_pool2d":
-            attrs["count_include_pad"] = True  # PyTorch's default
+            attrs["count_include_pad"] = count_include_pad
         return self.add_op(kind, "reduction", (x,), (n, c, ho, wo), name=name,
                            flops=n * c * ho * wo * kh * kw, attrs=attrs)
 
@@ -187,8 +187,11 @@ class GraphBuilder:
 
     def avg_pool2d(self, x: str, kernel: int | Sequence[int], *,
                    stride: int | Sequence[int] | None = None,
-                   padding: int | Sequence[int] = 0, name: str | None = None) -> str:
-        return self._pool("avg_pool2d", x, kernel, stride, padding, name)
+                   padding: int | Sequence[int] = 0, count_include_pad: bool = True,
+                   name: str | None = None) -> str:
+        """Window averages; ``count_include_pad`` (PyTorch's default) divides by the whole
+        window, padding included, else by the cells inside the input."""
+        return self._pool("avg_pool2d", x, kernel, stride, padding, name, count_include_pad)
 
     def global_avg_pool(self, x: str, *, name: str | None = None) -> str:
         """Average over H and W: ``(N, C, H, W) -> (N, C, 1, 1)``."""

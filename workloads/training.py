@@ -27,7 +27,9 @@ with its parameter and update ops; ``"none"`` leaves every op free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from workloads.dtypes import DTYPE_BYTES
@@ -45,18 +47,21 @@ COLOCATE = ("ops", "weights", "none")
 
 @dataclass(frozen=True)
 class Optimizer:
-    """State slots per parameter and FLOPs per parameter of one update."""
+    """State slots per parameter, FLOPs per parameter of one update, and the
+    hyperparameters an update op carries (``torch.optim``'s defaults where it has them)."""
 
     kind: str
     state_per_param: int
     flops_per_param: int
+    defaults: Mapping[str, float] = field(default_factory=dict)
 
 
 #: SGD: ``w -= lr * g``; momentum: a velocity buffer; Adam: first and second moments.
 OPTIMIZERS: dict[str, Optimizer] = {
-    "sgd": Optimizer("sgd_update", 0, 2),
-    "momentum": Optimizer("momentum_update", 1, 4),
-    "adam": Optimizer("adam_update", 2, 12),
+    "sgd": Optimizer("sgd_update", 0, 2, {"lr": 0.01}),
+    "momentum": Optimizer("momentum_update", 1, 4, {"lr": 0.01, "momentum": 0.9}),
+    "adam": Optimizer("adam_update", 2, 12, {"lr": 0.001, "beta1": 0.9, "beta2": 0.999,
+                                             "eps": 1e-8}),
 }
 
 
@@ -92,9 +97,10 @@ def _weights_tensor(owner: str) -> str:
     return f"{owner}.weights"
 
 
-def _backward(forward: Graph, op: Op, grads_in: list[str], needs: set[str],
+def _backward(forward: Graph, op: Op, grads_in: list[str], at: list[int], needs: set[str],
               tensors: dict[str, Tensor]) -> tuple[Op, list[str], tuple[str, int] | None]:
-    """The backward op of ``op``, the input-gradient tensors it writes, and its weights."""
+    """The backward op of ``op`` (``at[k]``: the output whose gradient ``grads_in[k]`` is),
+    the input-gradient tensors it writes, and its weights."""
     itemsize = DTYPE_BYTES[op.dtype]
     outs: list[Tensor] = []
     grad_of: list[str] = []
@@ -119,15 +125,20 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], needs: set[str],
         name=f"{op.name}.backward", kind="backward", op_class=op.op_class,
         inputs=inputs + ((_weights_tensor(weights[0]),) if weights else ()),
         outputs=tuple(outs),
-        attrs={"of": op.name, "of_kind": op.kind, "grads": len(grads_in)}, flops=flops,
+        attrs={"of": op.name, "of_kind": op.kind, "grads": len(grads_in),
+               **({"grad_outputs": tuple(at)} if len(op.outputs) > 1 else {})}, flops=flops,
         bytes_read=0 if view else reads,
         bytes_written=0 if view else sum(t.nbytes for t in outs),
     )
     return back, grad_of, weights
 
 
-def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops") -> Graph:
+def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops",
+                   hyperparameters: Mapping[str, float] | None = None) -> Graph:
     """One training step of ``forward``: parameters, loss, backward ops, weight updates.
+
+    ``hyperparameters`` override the optimizer's defaults (``lr``, ``momentum``, ``beta1``,
+    ``beta2``, ``eps``); the update ops carry them.
 
     >>> from workloads import build_model
     >>> fwd = build_model("mlp", batch=32)
@@ -144,6 +155,7 @@ def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops"
         raise GraphError(f"training graph: colocate must be one of {', '.join(COLOCATE)}, "
                          f"got {colocate!r}")
     opt = OPTIMIZERS[optimizer]
+    hyper = _hyperparameters(opt, optimizer, hyperparameters or {})
     target = _loss_target(forward)
     needs = _needs_grad(forward, target)
     out = target.outputs[0]
@@ -161,10 +173,11 @@ def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops"
         if name not in needs:
             continue
         op = forward.op(name)
-        grads_in = [g for t in op.outputs for g in grads.get(t.name, [])]
-        if not grads_in:
+        pairs = [(g, i) for i, t in enumerate(op.outputs) for g in grads.get(t.name, [])]
+        if not pairs:
             continue
-        back, grad_of, weights = _backward(forward, op, grads_in, needs, tensors)
+        back, grad_of, weights = _backward(forward, op, [g for g, _ in pairs],
+                                           [i for _, i in pairs], needs, tensors)
         ops.append(back)
         for t in back.outputs:
             tensors[t.name] = t
@@ -173,7 +186,7 @@ def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops"
         if weights:
             wgrads.setdefault(weights[0], []).append(back.outputs[-1].name)
     for owner, parts in wgrads.items():
-        ops.append(_update(forward.op(owner), parts, tensors, opt))
+        ops.append(_update(forward.op(owner), parts, tensors, opt, hyper))
     from workloads.graph import Graph  # here: the optimizer table is read without networkx
 
     return Graph(f"{forward.name}.train.{optimizer}", _grouped(ops, forward, colocate))
@@ -219,14 +232,28 @@ def _grouped(ops: list[Op], forward: Graph, colocate: str) -> list[Op]:
             if op.name in group else op for op in ops]
 
 
-def _update(owner: Op, parts: list[str], tensors: dict[str, Tensor], opt: Optimizer) -> Op:
+def _hyperparameters(opt: Optimizer, name: str, given: Mapping[str, float]
+                     ) -> dict[str, float]:
+    for key, value in given.items():
+        if key not in opt.defaults:
+            raise GraphError(f"training graph: optimizer {name!r} takes hyperparameters "
+                             f"{', '.join(opt.defaults)}, got {key!r}")
+        if not isinstance(value, int | float) or isinstance(value, bool) \
+                or not math.isfinite(value) or value < 0:
+            raise GraphError(f"training graph: hyperparameter {key!r} must be a finite "
+                             f"number >= 0, got {value!r}")
+    return {**opt.defaults, **{k: float(v) for k, v in given.items()}}
+
+
+def _update(owner: Op, parts: list[str], tensors: dict[str, Tensor], opt: Optimizer,
+            hyper: Mapping[str, float]) -> Op:
     itemsize = DTYPE_BYTES[owner.dtype]
     weights = owner.params * itemsize
     state = opt.state_per_param * weights
     return Op(
         name=f"{owner.name}.update", kind=opt.kind, op_class="elementwise",
         inputs=(*parts, _weights_tensor(owner.name)), outputs=(),
-        attrs={"weights_of": owner.name},
+        attrs={"weights_of": owner.name, **hyper},
         flops=opt.flops_per_param * owner.params + owner.params * (len(parts) - 1),
         bytes_read=sum(tensors[p].nbytes for p in parts) + weights + state,
         bytes_written=weights + state, param_bytes=state,

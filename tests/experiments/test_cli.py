@@ -177,5 +177,14 @@ def test_run_prints_measured_beside_simulated(capsys, tmp_path) -> None:
     assert set(data["peak_memory_bytes"]) == set(data["predicted_peak_memory_bytes"])
     assert data["predicted_makespan_s"] > 0
     assert json.loads(trace.read_text())["traceEvents"]
-    code, _, err = run(capsys, "run", "--model", "mlp", "--policy", "heft", "--train")
-    assert code == 2 and "backward kernels" in err
+    code, out, err = run(capsys, "run", "--model", "mlp", "--batch", "8", "--policy", "heft",
+                         "--train", "--optimizer", "adam", "--devices", "2", "--repeats",
+                         "1", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["model"] == "mlp.train.adam" and data["makespan_s"] > 0
+    # the weights and Adam's two moments are on some device, measured and simulated alike
+    assert sum(data["peak_memory_bytes"].values()) > 3 * 4 * 1_863_690
+    code, _, err = run(capsys, "run", "--model", "lstm", "--seq-len", "2", "--policy", "heft",
+                       "--train")
+    assert code == 2 and "kind 'lstm_cell' has no backward kernel" in err

@@ -107,8 +107,12 @@ def test_pooling(xp) -> None:
     mx = b.max_pool2d(x, 3, stride=2, padding=1)
     av = b.avg_pool2d(x, 3, stride=2, padding=1)
     gl = b.global_avg_pool(x)
+    ex = b.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False)
+    ad = b.adaptive_avg_pool2d(x, 3)
     g = b.build()
     xv = rng().standard_normal((2, 3, 7, 7))
+    _check(xp, g.op(ex), lambda v: F.avg_pool2d(v, 3, 2, 1, count_include_pad=False), [xv], {})
+    _check(xp, g.op(ad), lambda v: F.adaptive_avg_pool2d(v, 3), [xv], {})
     _check(xp, g.op(mx), lambda v: F.max_pool2d(v, 3, 2, 1), [xv], {})
     _check(xp, g.op(av), lambda v: F.avg_pool2d(v, 3, 2, 1), [xv], {})
     _check(xp, g.op(gl), lambda v: v.mean(dim=(2, 3), keepdim=True), [xv], {})
@@ -129,13 +133,14 @@ def test_layout_add_mul_and_embedding(xp) -> None:
     x = b.input((2, 3, 4))
     y = b.input((2, 3, 4), name="y")
     ops = [b.add(x, y), b.mul(x, y), b.scale(x, 0.5), b.transpose(x, (2, 0, 1)),
-           b.reshape(x, (6, 4)), b.flatten(x)]
+           b.reshape(x, (6, 4)), b.flatten(x), b.concat([x, y], axis=1)]
     emb = b.embedding(b.input((2, 5), name="ids", dtype="int64"), 9, 3)
     g = b.build()
     r = rng()
     xv, yv = r.standard_normal((2, 3, 4)), r.standard_normal((2, 3, 4))
     fns = [lambda a, c: a + c, lambda a, c: a * c, lambda a: a * 0.5,
-           lambda a: a.permute(2, 0, 1), lambda a: a.reshape(6, 4), lambda a: a.reshape(2, 12)]
+           lambda a: a.permute(2, 0, 1), lambda a: a.reshape(6, 4), lambda a: a.reshape(2, 12),
+           lambda a, c: torch.cat([a, c], dim=1)]
     for name, fn in zip(ops, fns, strict=True):
         op = g.op(name)
         _check(xp, op, fn, [xv, yv][:len(op.inputs)], {})
@@ -228,6 +233,25 @@ def test_optimizer_updates_equal_torch_optim() -> None:
 
 
 def test_a_kind_without_a_backward_is_named() -> None:
-    op = Op("c", "concat", "data_movement", inputs=("a",), outputs=(Tensor("c", (2,)),))
-    with pytest.raises(GraphError, match=r"op 'c': kind 'concat' has no backward kernel"):
+    op = Op("c", "lrn", "reduction", inputs=("a",), outputs=(Tensor("c", (2,)),))
+    with pytest.raises(GraphError, match=r"op 'c': kind 'lrn' has no backward kernel"):
         gradient(np, op, np.zeros(2), [np.zeros(2)], {})
+
+
+@pytest.mark.parametrize(("sizes", "axis", "squeeze"), [((2, 3), 1, False),
+                                                        ((1, 1), 0, True)])
+def test_split_gradient_equals_torch(xp, sizes, axis, squeeze) -> None:
+    # One gradient per output; the input's gradient is zero where no piece reaches.
+    b = GraphBuilder("s", "fp64")
+    b.split(b.input((2, 6, 3)), sizes, axis=axis, squeeze=squeeze, name="sp")
+    op = b.build().op("sp")
+    r = rng()
+    x = r.standard_normal((2, 6, 3))
+    dys = [r.standard_normal(t.shape) for t in op.outputs]
+    (got,), _ = gradient(xp, op, [xp.asarray(d) for d in dys], [xp.asarray(x)], {})
+    t = torch.tensor(x, requires_grad=True)
+    pieces = torch.split(t, [*sizes, 6 - sum(sizes)] if axis else [1, 1], dim=axis)[:2]
+    if squeeze:
+        pieces = [p.squeeze(axis) for p in pieces]
+    sum((p * torch.tensor(d)).sum() for p, d in zip(pieces, dys, strict=True)).backward()
+    np.testing.assert_allclose(np.asarray(got), t.grad.numpy(), rtol=1e-12)
