@@ -385,6 +385,23 @@ def _split(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
     return tuple(outs)
 
 
+@kernel("pad")
+def _pad_op(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    if "pads" not in op.attrs:
+        raise GraphError(f"op {op.name!r}: pad needs attrs 'pads' and 'value' to run (constant "
+                         f"mode, pads known when imported), got {dict(op.attrs)}")
+    x = args[0]
+    pads = list(op.attrs["pads"])
+    # negative pads crop (ONNX allows them)
+    x = x[tuple(slice(max(-b, 0), n - max(-e, 0)) for (b, e), n in zip(pads, x.shape,
+                                                                       strict=True))]
+    grow = [(max(b, 0), max(e, 0)) for b, e in pads]
+    out = xp.full(tuple(n + b + e for (b, e), n in zip(grow, x.shape, strict=True)),
+                  op.attrs["value"], dtype=x.dtype, device=_device(x))
+    out[tuple(slice(b, b + n) for (b, _), n in zip(grow, x.shape, strict=True))] = x
+    return (out,)
+
+
 @kernel("embedding")
 def _embedding(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
                ) -> tuple[Array]:

@@ -95,3 +95,62 @@ def test_light_model_agrees_with_onnxruntime_at_every_tensor(name: str, tmp_path
         assert error <= 1e-4, f"{name}: tensor {tensor!r} differs by {error:.2e} (relative)"
         compared += 1
     assert compared >= 0.9 * len(reference), (compared, len(reference))
+
+
+def _pad_model(path: Path, opset: int, pads: list[int], axes: list[int] | None,
+               mode: str = "constant") -> Path:
+    """x (1, 3, 4, 5) -> Pad -> Relu, the pads a constant input (an attribute before 11)."""
+    from onnx import TensorProto
+
+    dims = [1, 3, 4, 5]
+    half = len(pads) // 2
+    for a, b, e in zip(axes or range(half), pads[:half], pads[half:], strict=True):
+        dims[a] += b + e
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 5])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, dims)
+    inits, inputs, extra = [], ["x"], {}
+    if opset >= 11:
+        inits.append(numpy_helper.from_array(np.array(pads, np.int64), "pads"))
+        inits.append(numpy_helper.from_array(np.array(0.5, np.float32), "value"))
+        inputs += ["pads", "value"]
+        if axes is not None:
+            inits.append(numpy_helper.from_array(np.array(axes, np.int64), "axes"))
+            inputs.append("axes")
+    else:
+        extra = {"pads": pads, "value": 0.5}
+    nodes = [helper.make_node("Pad", inputs, ["p"], name="pad", mode=mode, **extra),
+             helper.make_node("Relu", ["p"], ["y"], name="relu")]
+    model = helper.make_model(helper.make_graph(nodes, "pad", [x], [y], inits),
+                              opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize(("opset", "pads", "axes"), [
+    (13, [0, 0, 1, 2, 0, 0, 2, 1], None),
+    (13, [0, 1, -1, 0, 0, 0, 2, -2], None),  # negative pads crop
+    (18, [1, 2, 0, 1], [2, -1]),
+    (10, [0, 0, 1, 1, 0, 0, 0, 2], None),
+])
+def test_pad_agrees_with_onnxruntime(tmp_path, opset, pads, axes) -> None:
+    path = _pad_model(tmp_path / "pad.onnx", opset, pads, axes)
+    graph = import_onnx(path)
+    assert graph.op("pad").kind == "pad" and graph.op("pad").params == 0
+    x = np.random.default_rng(3).standard_normal((1, 3, 4, 5)).astype(np.float32)
+    engine = NumpyEngine(devices=1)
+    ours = execute(plan(graph, engine.cluster(), "single_device"), engine, inputs={"x": x},
+                   warmup=0, repeats=1).outputs["y"]
+    theirs = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_pad_in_a_mode_without_a_kernel_is_named(tmp_path) -> None:
+    from workloads import PlacelabError
+
+    graph = import_onnx(_pad_model(tmp_path / "pad.onnx", 13, [0, 0, 1, 1, 0, 0, 1, 1], None,
+                                   mode="reflect"))
+    engine = NumpyEngine(devices=1)
+    with pytest.raises(PlacelabError, match="op 'pad': pad needs attrs 'pads' and 'value' to "
+                                            "run"):
+        execute(plan(graph, engine.cluster(), "single_device"), engine)

@@ -97,12 +97,15 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Softmax": _fixed("softmax", "reduction", 5),
     "Concat": _fixed("concat", "data_movement", 0),
     "Transpose": _fixed("transpose", "data_movement", 0),
+    "Pad": _fixed("pad", "data_movement", 0),
 }
 # Ops that only reinterpret their input: no bytes move.
 _VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
           "Squeeze": "reshape", "Dropout": "dropout", "Identity": "reshape"}
 # Inputs at these positions are buffers, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
+# Inputs at these positions are settings (read into the op's attributes), not data.
+_SETTING_INPUTS = {"Pad": (1, 2, 3)}
 
 
 def _load(path: str | Path) -> Any:
@@ -160,6 +163,7 @@ def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) ->
     model = _load(path)
     types = _value_types(model, batch)
     consts = {i.name for i in model.graph.initializer}
+    values = _constant_values(model)
     ops: list[Op] = []
     for inp in model.graph.input:
         if inp.name not in consts and inp.name in types:
@@ -172,7 +176,7 @@ def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) ->
         if not live:  # computed from constants alone: fold
             consts.update(o for o in node.output if o)
             continue
-        op = _op(node, i, types, consts, owners, unknown, path)
+        op = _op(node, i, types, consts, owners, unknown, path, values)
         if op is not None:
             ops.append(op)
     if unknown:
@@ -193,7 +197,8 @@ def _renamed(t: Tensor) -> Tensor:
 
 
 def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
-        owners: dict[str, str], unknown: dict[str, int], path: str | Path) -> Op | None:
+        owners: dict[str, str], unknown: dict[str, int], path: str | Path,
+        values: dict[str, Any]) -> Op | None:
     import onnx
 
     name = node.name or f"{node.op_type}_{index}"
@@ -213,7 +218,7 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     params = buffers = 0
     shares = None
     for k, t in const_in:
-        if t.dtype not in _FLOAT:
+        if t.dtype not in _FLOAT or k in _SETTING_INPUTS.get(node.op_type, ()):
             continue
         if t.name in owners:
             shares = owners[t.name]
@@ -237,7 +242,9 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     extra = {"onnx_op": node.op_type, **({"shares": shares} if shares else {}),
              "onnx_inputs": tuple((("const" if t in consts else "input"), _safe(t))
                                   for t in node.input if t),
-             **_executable(node.op_type, attrs, n)}
+             **_executable(node.op_type, attrs, n),
+             **(_pad(node, attrs, values, len(n.inputs[0].shape))
+                if node.op_type == "Pad" else {})}
     return Op(name=name, kind=kind, op_class=op_class, inputs=tuple(_safe(t) for t in dyn),
               outputs=tuple(_renamed(t) for t in outputs), attrs={**_plain(attrs), **extra},
               flops=int(flops), params=params, param_bytes=param_bytes,
@@ -276,6 +283,48 @@ def _executable(op_type: str, attrs: dict[str, Any], n: _Node) -> dict[str, Any]
     if op_type == "Softmax":
         return {"axis": attrs.get("axis", 1)}
     return {}
+
+
+def _constant_values(model: Any) -> dict[str, Any]:
+    """Values of the initializers and ``Constant`` nodes (settings such as Pad's pads)."""
+    import onnx
+    from onnx import numpy_helper
+
+    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output and node.attribute:
+            value = onnx.helper.get_attribute_value(node.attribute[0])
+            if isinstance(value, onnx.TensorProto):
+                out[node.output[0]] = numpy_helper.to_array(value)
+    return out
+
+
+def _pad(node: Any, attrs: dict[str, Any], values: dict[str, Any], rank: int
+         ) -> dict[str, Any]:
+    """Pad's settings as IR attributes: ``pads`` (before, after) per dimension and the
+    constant ``value``; none for a mode the kernel does not run or pads not known at import."""
+    import onnx
+
+    def value_of(k: int) -> Any:
+        name = node.input[k] if len(node.input) > k else ""
+        return values.get(name) if name else None
+
+    mode = next((onnx.helper.get_attribute_value(a) for a in node.attribute
+                 if a.name == "mode"), b"constant")
+    pads = value_of(1) if len(node.input) > 1 else attrs.get("pads")
+    if mode != b"constant" or pads is None:
+        return {}
+    pads = [int(v) for v in list(pads)]
+    half = len(pads) // 2
+    axes = value_of(3)
+    axes = [int(a) % rank for a in axes] if axes is not None else list(range(half))
+    pairs = [(0, 0)] * rank
+    for a, b, e in zip(axes, pads[:half], pads[half:], strict=True):
+        pairs[a] = (b, e)
+    fill = value_of(2)
+    constant = float(fill.reshape(-1)[0]) if fill is not None and fill.size else \
+        float(attrs.get("value", 0.0))
+    return {"pads": tuple(pairs), "value": constant}
 
 
 def _plain(attrs: dict[str, Any]) -> dict[str, Any]:
