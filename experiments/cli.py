@@ -26,6 +26,7 @@ from experiments.commands import (
     cmd_run,
     cmd_simulate,
 )
+from experiments.measure import cmd_calibrate, cmd_validate
 from sim.options import LINK_MODELS, ORDERS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
@@ -178,6 +179,34 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--plot", help="bar chart (.png or .svg)")
     _add_json(p)
     p.set_defaults(func=cmd_compare)
+
+    p = sub.add_parser("calibrate", help="time ops and copies on an engine, fit the cost "
+                       "model, write a device and cluster TOML")
+    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--devices", type=_positive_int, default=1,
+                   help="logical devices the calibration is for (their thread budget)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes and repeats")
+    p.add_argument("--out", required=True, help="the calibration file (.toml)")
+    p.add_argument("--plot", help="measured vs fitted times (.png or .svg)")
+    _add_json(p)
+    p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("validate", help="run plans for real, simulate them, report the error")
+    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--device", help="calibration file from placelab calibrate (default: "
+                   "the uncalibrated catalog CPU)")
+    p.add_argument("--devices", type=_positive_int, default=2)
+    p.add_argument("--models", help="zoo models, comma-separated; NAME:train for an SGD step")
+    p.add_argument("--graph", action="append", help="a graph JSON or ONNX file (repeatable)")
+    p.add_argument("--policies", default="single_device,heft,round_robin",
+                   help="the plans of each graph (default: single_device,heft,round_robin)")
+    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--repeats", type=_positive_int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--out", help="results table (.parquet, or .csv)")
+    p.add_argument("--plot", help="predicted vs measured (.png or .svg)")
+    _add_json(p)
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
     p.add_argument("--out", default="placelab-demo", help="output folder")

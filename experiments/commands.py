@@ -63,6 +63,8 @@ FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
     "compare": {"plot": FIGURE, "out": (".parquet", ".csv")},
     "simulate": {"gantt": FIGURE, "trace": (".json",)},
     "run": {"trace": (".json",)},
+    "calibrate": {"out": (".toml",), "plot": FIGURE},
+    "validate": {"out": (".parquet", ".csv"), "plot": FIGURE},
     "model": {"save": (".json",)},
 }
 

@@ -29,7 +29,7 @@ from workloads.registry import Registry
 Placement = Mapping[str, str] | np.ndarray
 
 __all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
-           "make_cost_model"]
+           "kind_key", "make_cost_model", "window_positions"]
 
 
 class CostModel(ABC):
@@ -180,16 +180,35 @@ def _efficiency(device: Device, op_class: str, size: np.ndarray) -> np.ndarray |
     return effs[np.maximum(np.searchsorted(thresholds, size, side="right") - 1, 0)]
 
 
+def kind_key(op: Op) -> str:
+    """What a per-kind time model is keyed by: the op's kind, a backward op's forward kind.
+
+    >>> kind_key(Op("g", "backward", "conv", attrs={"of": "c", "of_kind": "conv2d"}))
+    'backward:conv2d'
+    """
+    return f"backward:{op.attrs.get('of_kind')}" if op.kind == "backward" else op.kind
+
+
+def window_positions(op: Op) -> int:
+    """Kernel positions a windowed op (convolution, pooling, or its backward) visits."""
+    kernel = op.attrs.get("kernel")
+    return int(kernel[0] * kernel[1]) if kernel else 0
+
+
 class CalibratedCost(RooflineCost):
     """The roofline over calibrated specs: a device whose catalog model has an entry in the
     calibration file (the device TOML that calibration writes) uses that entry's peaks,
     bandwidth, launch overhead and efficiencies; other devices keep their catalog spec.
+    Where the file holds a per-kind model (``[[measured]]``, fitted where the roofline does
+    not fit an op class), an fp32 op of that kind takes ``launch + s_per_gflop * GFLOPs +
+    s_per_gb * GB + us_per_window * windows`` instead.
     """
 
     def __init__(self, cluster: Cluster, file: str | Path) -> None:
         from hwmodels.toml_io import load
 
         super().__init__(cluster)
+        self._kinds = _measured_kinds(file)
         calibrated = load(file).devices
         if not calibrated:
             raise HardwareSpecError(f"{file}: expected at least one [[device]], got none")
@@ -209,6 +228,33 @@ class CalibratedCost(RooflineCost):
 
     def spec(self, device: str) -> Device:
         return self._specs.get(device) or self.cluster.device(device)
+
+    def op_time(self, op: Op, device: str) -> float:
+        fit = self._kinds.get((self.spec(device).model, kind_key(op)))
+        if fit is None or op.dtype != "fp32":
+            return super().op_time(op, device)
+        launch, per_flop, per_byte, per_window = fit
+        return (launch + per_flop * op.flops + per_byte * (op.bytes_read + op.bytes_written)
+                + per_window * window_positions(op))
+
+    def op_times(self, graph: Graph, placement: Placement) -> list[float]:
+        if self._kinds:  # per op: the kind decides the model
+            return CostModel.op_times(self, graph, placement)
+        return super().op_times(graph, placement)
+
+
+def _measured_kinds(file: str | Path) -> dict[tuple[str, str], tuple[float, ...]]:
+    """(device model, kind) -> (launch s, s per FLOP, s per byte, s per window)."""
+    from hwmodels.schema import HardwareDocument
+    from workloads.io import read_text
+    from workloads.schema import load_toml, validate
+
+    text = read_text(file, HardwareSpecError, "hardware file")
+    doc = validate(HardwareDocument, load_toml(text, source=str(file),
+                                               error=HardwareSpecError),
+                   source=str(file), error=HardwareSpecError)
+    return {(m.model, m.kind): (m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
+                                m.us_per_window * 1e-6) for m in doc.measured}
 
 
 class TableCost(CostModel):

@@ -6,7 +6,7 @@ beyond which a value can only be a mistake (or would overflow an int64 of bytes)
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -14,7 +14,7 @@ from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
 from workloads.schema import Schema
 
 __all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
-           "CostTableDocument", "HardwareDocument", "LinkTable", "SlotTable"]
+           "CostTableDocument", "HardwareDocument", "LinkTable", "MeasuredKind", "SlotTable"]
 
 #: Memory above this many GiB would overflow an int64 of bytes.
 MAX_MEMORY_GIB = 2**32
@@ -62,9 +62,27 @@ class ClusterTable(Schema):
     link: list[LinkTable] = Field(default_factory=list)
 
 
+class MeasuredKind(Schema):
+    """A per-kind time model calibration fitted where the roofline does not fit:
+    ``launch + s_per_gflop * GFLOPs + s_per_gb * GB moved + us_per_window * windows``."""
+
+    model: Name
+    kind: Name
+    launch_us: NonNegative
+    s_per_gflop: NonNegative = 0.0
+    s_per_gb: NonNegative = 0.0
+    us_per_window: NonNegative = 0.0
+    median_error: NonNegative = 0.0
+    p90_error: NonNegative = 0.0
+    samples: Annotated[int, Field(ge=1)] = 1
+
+
 class HardwareDocument(Schema):
     device: list[DeviceTable] = Field(default_factory=list)
     cluster: list[ClusterTable] = Field(default_factory=list)
+    #: Where a calibrated file came from (machine, date, engine, versions, fit quality).
+    calibration: dict[str, Any] | None = None
+    measured: list[MeasuredKind] = Field(default_factory=list)
 
 
 class CostTableDocument(Schema):

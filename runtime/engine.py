@@ -16,6 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -98,11 +99,13 @@ class NumpyEngine(Engine):
 
     name = "cpu"
 
-    def __init__(self, devices: int = 1, *, dtype: str = "fp32") -> None:
+    def __init__(self, devices: int = 1, *, dtype: str = "fp32",
+                 calibration: str | Path | None = None) -> None:
         if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
             raise PlacelabError(f"engine 'cpu': devices must be an int >= 1, got {devices!r}")
         self.count = devices
         self.threads = max(1, _cores() // devices)
+        self.calibration = calibration
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -110,6 +113,8 @@ class NumpyEngine(Engine):
 
     @cached_property
     def _cluster(self) -> Cluster:
+        if self.calibration is not None:
+            return self._calibrated(self.calibration)
         ref = get_device("xeon-8380")
         share = self.threads / 40  # the reference has 40 cores
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.count
@@ -122,6 +127,24 @@ class NumpyEngine(Engine):
         links = tuple(Link(a, b, 10e9, 5e-6) for i, a in enumerate(self.devices)
                       for b in self.devices[i + 1:])
         return Cluster(f"numpy-{self.count}", devices, links)
+
+    def _calibrated(self, path: str | Path) -> Cluster:
+        """The cluster ``placelab calibrate`` measured: its ``host-cpu`` device in every slot
+        and its link between any two (the file must be for this many devices)."""
+        from hwmodels.toml_io import load
+
+        found = load(path)
+        spec = found.devices.get("host-cpu")
+        cluster = next(iter(found.clusters.values()), None)
+        if spec is None or cluster is None:
+            raise PlacelabError(f"{path}: expected a calibration of the cpu engine (a device "
+                                f"'host-cpu' and its cluster), got devices "
+                                f"{sorted(found.devices)}")
+        if len(cluster.devices) != self.count:
+            raise PlacelabError(f"{path}: calibrated for {len(cluster.devices)} devices, "
+                                f"expected {self.count} (calibrate with --devices "
+                                f"{self.count})")
+        return cluster
 
     def cluster(self) -> Cluster:
         return self._cluster

@@ -54,6 +54,8 @@ class RunResult:
     memory_log: list[tuple[float, str, int]] = field(repr=False)
     devices: tuple[str, ...] = ()
     parameters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    #: Each compute op's duration, the median over the measured repeats.
+    op_seconds: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def makespan_s(self) -> float:
@@ -309,6 +311,7 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
     staged = {op.output.name: engine.to_device(host[op.output.name], plan.placement[op.name])
               for op in plan.graph if op.kind in STAGED}
     times: list[float] = []
+    durations: dict[str, list[float]] = {}
     with engine.session(), _Workers(engine.devices) as workers:
         for i in range(warmup + repeats):
             run = _Run(plan, engine, staged, placed, resident, calls)
@@ -316,7 +319,11 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
             _write_back(run, staged)
             if i >= warmup:
                 times.append(elapsed)
+                for row in run.rows:
+                    if row["kind"] == "compute":
+                        durations.setdefault(row["name"], []).append(row["end_s"] - row["start_s"])
     result = _result(plan, engine, run, times)
+    result.op_seconds = {name: statistics.median(d) for name, d in durations.items()}
     result.parameters = {op.attrs["weights_of"]: engine.to_host(staged[op.output.name])
                          for op in plan.graph if op.kind == "parameter"}
     return result

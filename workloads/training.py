@@ -126,6 +126,7 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], at: list[int], needs:
         inputs=inputs + ((_weights_tensor(weights[0]),) if weights else ()),
         outputs=tuple(outs),
         attrs={"of": op.name, "of_kind": op.kind, "grads": len(grads_in),
+               **({"kernel": op.attrs["kernel"]} if "kernel" in op.attrs else {}),
                **({"grad_outputs": tuple(at)} if len(op.outputs) > 1 else {})}, flops=flops,
         bytes_read=0 if view else reads,
         bytes_written=0 if view else sum(t.nbytes for t in outs),

@@ -1,0 +1,243 @@
+"""Microbenchmarks for calibration: ops of every class the cost model costs, over the sizes
+and shapes the zoo uses, timed on one logical device of an engine through the same kernels
+the executor calls; and copies between two logical devices over a range of sizes.
+
+Each case is timed ``warmup`` times unmeasured and ``repeats`` times measured; its time is
+the median. Calibration fits the cost model to these times; validation uses models and
+shapes calibration never timed.
+
+>>> cases = benchmark_cases(quick=True)
+>>> sorted({c.op_class for c in cases})
+['conv', 'data_movement', 'elementwise', 'matmul', 'reduction']
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from hwmodels.cost import kind_key, window_positions
+from runtime.engine import Engine
+from workloads.builder import GraphBuilder
+from workloads.graph import Graph
+from workloads.op import Op
+
+__all__ = ["Case", "Sample", "benchmark_cases", "time_copies", "time_ops"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One op of a small graph to time (its inputs are the graph's tensors it reads)."""
+
+    label: str
+    graph: Graph
+    op: Op
+
+    @property
+    def op_class(self) -> str:
+        return self.op.op_class
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A measured time: of an op (its kind key, class, FLOPs, bytes moved and window
+    positions) or of a copy."""
+
+    label: str
+    op_class: str
+    flops: float
+    nbytes: float
+    seconds: float
+    dtype: str = "fp32"
+    kind: str = ""
+    windows: float = 0.0
+
+
+def _case(label: str, build: Callable[[GraphBuilder, str], str],
+          shape: tuple[int, ...], dtype: str = "fp32") -> Case:
+    b = GraphBuilder(label, dtype)
+    out = build(b, b.input(shape))
+    g = b.build()
+    return Case(label, g, g.op(out))
+
+
+def _linear(b: GraphBuilder, x: str, n: int) -> str:
+    return b.linear(x, n)
+
+
+def _conv(b: GraphBuilder, x: str, c: int, k: tuple[int, int], s: tuple[int, int],
+          p: tuple[int, int]) -> str:
+    return b.conv2d(x, c, k, stride=s, padding=p)
+
+
+def _gemms(quick: bool) -> Iterable[Case]:
+    sizes = (64, 256, 1024) if quick else (32, 128, 512, 2048)
+    for m in ((1, 8) if quick else (1, 4, 16)):  # batch-sized rows: bound by the weights
+        for k, n in ((256, 1024), (1024, 256), (2048, 2048)):
+            yield _case(f"linear {m}x{k}x{n}", partial(_linear, n=n), (m, k))
+    for m in sizes:
+        for k in sizes:
+            for n in sizes:
+                if quick and len({m, k, n}) == 3:
+                    continue
+                yield _case(f"linear {m}x{k}x{n}", partial(_linear, n=n), (m, k))
+    for m in ((1024,) if quick else (512, 2048)):
+        yield _case(f"linear fp64 {m}", partial(_linear, n=m), (m, m), "fp64")
+
+
+def _convs(quick: bool) -> Iterable[Case]:
+    """Distinct convolution shapes of the zoo's ResNet-50 (batch 1) and LeNet-5."""
+    from workloads.zoo import build_model
+
+    seen = []
+    for model, batch in (("lenet5", 8), ("resnet50", 1)):
+        g = build_model(model, batch=batch)
+        for op in g:
+            if op.kind != "conv2d":
+                continue
+            key = (g.tensor(op.inputs[0]).shape, op.output.shape[1], op.attrs["kernel"],
+                   op.attrs["stride"], op.attrs["padding"])
+            if key not in seen:
+                seen.append(key)
+    if quick:
+        seen = seen[::4]
+    for shape, cout, kernel, stride, padding in seen:
+        yield _case(f"conv {shape} -> {cout} k{kernel[0]} s{stride[0]}",
+                    partial(_conv, c=cout, k=kernel, s=stride, p=padding), shape)
+
+
+def _streams(quick: bool) -> Iterable[Case]:
+    sizes = (2**10, 2**14, 2**18, 2**22) if quick else tuple(2**e for e in range(8, 25, 2))
+    for n in sizes:
+        yield _case(f"relu {n}", lambda b, x: b.relu(x), (n,))
+        yield _case(f"tanh {n}", lambda b, x: b.tanh(x), (n,))
+        yield _case(f"add {n}", lambda b, x: b.add(x, x), (n,))
+        yield _case(f"softmax {n}", lambda b, x: b.softmax(x), (n // 256, 256))
+        yield _case(f"transpose {n}", lambda b, x: b.transpose(x, (1, 0)), (n // 64, 64))
+        side = max(int((n // 64) ** 0.5), 2)
+        yield _case(f"max_pool {n}", lambda b, x: b.max_pool2d(x, 2), (1, 64, side, side))
+        if not quick:
+            yield _case(f"layernorm {n}", lambda b, x: b.layernorm(x), (n // 256, 256))
+            yield _case(f"concat {n}", lambda b, x: b.concat([x, x], axis=0), (n // 2,))
+
+
+def _training(quick: bool) -> Iterable[Case]:
+    """Every op of the SGD and Adam steps of two small networks (a perceptron, a CNN with
+    batch norm, pooling and a residual add) at a few sizes: forward and backward ops,
+    losses and updates, some of them larger than the caches."""
+    from workloads.training import training_graph
+
+    sizes = ((1, 96), (4, 768), (32, 256)) if quick else \
+        ((1, 96), (2, 32), (8, 128), (4, 768), (32, 512), (2, 1536))
+    for batch, width in sizes:
+        b = GraphBuilder(f"mlp{width}")
+        x = b.relu(b.linear(b.input((batch, 4 * width)), width))
+        b.softmax(b.linear(b.tanh(b.linear(x, width)), 10))
+        c = GraphBuilder(f"cnn{width}")
+        y = c.max_pool2d(c.relu(c.batchnorm(c.conv2d(c.input((batch // 2 or 1, 3, 16, 16)),
+                                                     width // 8, 3, padding=1))), 2)
+        z = c.relu(c.batchnorm(c.conv2d(y, width // 8, 3, padding=1)))
+        z = c.global_avg_pool(c.relu(c.add(y, z)))
+        c.softmax(c.linear(c.flatten(z), 10))
+        for net, optimizer in ((b.build(), "sgd"), (c.build(), "adam")):
+            step = training_graph(net, optimizer)
+            for op in step:
+                if op.op_class != "source":
+                    yield Case(f"{op.name} {net.name} b{batch}", step, op)
+
+
+def benchmark_cases(quick: bool = False) -> list[Case]:
+    """The ops calibration times: GEMMs over a grid of m, n, k (and batch-sized rows); the
+    zoo's convolution shapes; elementwise, reduction and layout ops over sizes from 1 KiB
+    to 64 MiB; the backward ops and updates of small training steps."""
+    return [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick)]
+
+
+def _median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int = 5,
+             seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter
+             ) -> list[Sample]:
+    """Time the cases' ops as the executor runs them: each case's graph placed on the
+    engine's first device and executed ``warmup + repeats`` times; an op's time is the
+    median of its measured durations (so it carries what running inside a plan costs:
+    the worker thread, cold caches, the executor's bookkeeping around the kernel)."""
+    from policies.plans import Plan
+    from runtime.executor import execute
+
+    device = engine.devices[0]
+    graphs: dict[int, Graph] = {}
+    for case in cases:
+        graphs.setdefault(id(case.graph), case.graph)
+    seconds: dict[tuple[int, str], float] = {}
+    gaps: list[float] = []
+    for graph in progress(list(graphs.values())):
+        order = graph.topological_order()
+        plan = Plan(graph, dict.fromkeys(order, device), {device: order},
+                    cluster=engine.cluster().name,
+                    cluster_hash=engine.cluster().definition_hash)
+        run = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+        for name, value in run.op_seconds.items():
+            seconds[(id(graph), name)] = value
+        gaps += _gaps(run.trace)
+    samples = [Sample(c.label, c.op.op_class, float(c.op.flops),
+                      float(c.op.bytes_read + c.op.bytes_written),
+                      seconds[(id(c.graph), c.op.name)], c.op.dtype, kind_key(c.op),
+                      window_positions(c.op)) for c in cases]
+    return samples + [Sample("gap", "dispatch", 0.0, 0.0, g) for g in gaps]
+
+
+def _gaps(trace: Any) -> list[float]:
+    """Idle time between one op's end and the next op's start on a device running a
+    chain of ready ops: what the executor spends dispatching an op outside its kernel."""
+    ops = trace[(trace["kind"] == "compute") & (trace["end_s"] > trace["start_s"])]
+    ops = ops.sort_values("start_s")
+    gaps = (ops["start_s"].to_numpy()[1:] - ops["end_s"].to_numpy()[:-1]).tolist()
+    return [g for g in gaps if g >= 0]
+
+
+def time_copies(engine: Engine, *, quick: bool = False, warmup: int = 2, repeats: int = 5
+                ) -> list[Sample]:
+    """Transfers as plans see them: chains of ops alternating between the first two
+    logical devices, 1 KiB to 64 MiB per tensor; a sample is the time from the producer's
+    end to the reader's start (the copy and the executor's hand-offs). None on an engine of
+    one device."""
+    from policies.plans import Plan
+    from runtime.executor import execute
+
+    if len(engine.devices) < 2:
+        return []
+    pair = engine.devices[:2]
+    sizes = (2**10, 2**16, 2**20, 2**24) if quick else tuple(2**e for e in range(10, 27, 2))
+    samples = []
+    for n in sizes:
+        b = GraphBuilder(f"chain{n}")
+        x = b.input((n // 4,))
+        for _ in range(6):
+            x = b.relu(x)
+        g = b.build()
+        order = g.topological_order()
+        where = {name: pair[i % 2] for i, name in enumerate(order)}
+        plan = Plan(g, where, {d: [o for o in order if where[o] == d] for d in pair},
+                    cluster=engine.cluster().name, cluster_hash=engine.cluster().definition_hash)
+        trace = execute(plan, engine, warmup=warmup, repeats=repeats).trace
+        ops = trace[trace["kind"] == "compute"].set_index("name")
+        for producer, reader in itertools.pairwise(order):
+            if producer in ops.index and reader in ops.index:
+                wait = ops.loc[reader, "start_s"] - ops.loc[producer, "end_s"]
+                samples.append(Sample(f"copy {n}", "copy", 0.0, float(n), float(wait)))
+    return samples

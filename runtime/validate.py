@@ -1,0 +1,127 @@
+"""Validation: run plans for real and simulate the same plans, and say how far apart they are.
+
+For every graph and policy: the measured step time (median over repeats, and the spread),
+the simulated one, their relative error; the per-op error (the real and simulated traces
+joined on the op's name); measured and simulated peak memory per device and the largest
+relative gap; and per graph, whether the simulator orders the plans as the measurements do
+(Kendall's tau, scipy). The simulation uses the engine's own cluster: calibrated when the
+engine was built from a calibration file, the catalog's uncalibrated CPU otherwise.
+
+>>> from runtime import NumpyEngine
+>>> from workloads import build_model
+>>> rows = validate(NumpyEngine(devices=2), {"mlp": build_model("mlp", batch=2)},
+...                 ["single_device", "round_robin"], repeats=1, warmup=0)
+>>> list(rows["policy"]), bool((rows["measured_s"] > 0).all())
+(['single_device', 'round_robin'], True)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from runtime.engine import Engine
+from workloads.graph import Graph
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from hwmodels.cost import CostModel
+
+__all__ = ["dispatch_of", "engine_cost", "op_errors", "rank_agreement", "validate"]
+
+
+def op_errors(measured: pd.DataFrame, simulated: pd.DataFrame, dispatch_s: float = 0.0
+              ) -> np.ndarray:
+    """Relative error of each op's simulated duration (less ``dispatch_s``, the executor's
+    cost outside the kernel that calibration adds to every op) against its measured kernel
+    time (ops that took measurable time; the traces joined on ``name``)."""
+    def durations(trace: pd.DataFrame) -> pd.Series:
+        ops = trace[trace["kind"] == "compute"]
+        return (ops["end_s"] - ops["start_s"]).groupby(ops["name"]).sum()
+
+    real, sim = durations(measured), durations(simulated)
+    both = real.index.intersection(sim.index)
+    real, sim = real[both], sim[both] - dispatch_s
+    keep = real > 1e-7
+    return np.abs(sim[keep].to_numpy() / real[keep].to_numpy() - 1)
+
+
+def rank_agreement(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
+    """Kendall's tau between predicted and measured times (None for fewer than 2 plans)."""
+    if len(predicted) < 2:
+        return None
+    from scipy.stats import kendalltau
+
+    tau = kendalltau(predicted, measured).statistic
+    return None if math.isnan(tau) else float(tau)
+
+
+def dispatch_of(engine: Engine) -> float:
+    """The per-op dispatch time the engine's calibration added to its ops (0 without)."""
+    import tomllib
+
+    calibration = getattr(engine, "calibration", None)
+    if not calibration:
+        return 0.0
+    with open(calibration, "rb") as f:
+        return float(tomllib.load(f).get("calibration", {}).get("dispatch_us", 0.0)) * 1e-6
+
+
+def engine_cost(engine: Engine) -> CostModel:
+    """The cost model of the engine's cluster: the calibration's where the engine has one
+    (its per-kind models included), the roofline over the catalog spec otherwise."""
+    from hwmodels.cost import CalibratedCost, RooflineCost
+
+    calibration = getattr(engine, "calibration", None)
+    cluster = engine.cluster()
+    return CalibratedCost(cluster, calibration) if calibration else RooflineCost(cluster)
+
+
+def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmup: int,
+         seed: int) -> dict[str, Any]:
+    from runtime.executor import execute
+    from sim.engine import simulate
+
+    cluster = engine.cluster()
+    measured = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+    predicted = simulate(plan, cluster, engine_cost(engine))
+    errors = op_errors(measured.trace, predicted.trace, dispatch_of(engine))
+    memory = [abs(predicted.peak_memory_bytes[d] / measured.peak_memory_bytes[d] - 1)
+              for d in engine.devices if measured.peak_memory_bytes[d] > 0]
+    low, high = measured.spread_s
+    return {
+        "graph": graph, "policy": policy, "cluster": cluster.name,
+        "devices_used": len(set(plan.placement.values())),
+        "measured_s": measured.makespan_s, "measured_min_s": low, "measured_max_s": high,
+        "predicted_s": predicted.makespan_s,
+        "error": predicted.makespan_s / measured.makespan_s - 1,
+        "op_error_median": float(np.median(errors)) if len(errors) else None,
+        "op_error_p90": float(np.quantile(errors, 0.9)) if len(errors) else None,
+        "measured_peak_bytes": max(measured.peak_memory_bytes.values()),
+        "predicted_peak_bytes": max(predicted.peak_memory_bytes.values()),
+        "memory_error_max": max(memory) if memory else None,
+    }
+
+
+def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str], *,
+             repeats: int = 5, warmup: int = 1, seed: int = 0,
+             progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
+    """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau."""
+    import pandas as pd
+
+    from policies.base import plan
+
+    cases = [(name, policy) for name in graphs for policy in policies]
+    rows = []
+    for name, policy in progress(cases):
+        p = plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
+        rows.append(_row(name, policy, engine, p, repeats, warmup, seed))
+    df = pd.DataFrame(rows)
+    taus = {name: rank_agreement(list(g["predicted_s"]), list(g["measured_s"]))
+            for name, g in df.groupby("graph", sort=False)}
+    df["rank_tau"] = df["graph"].map(taus)
+    return df

@@ -1,0 +1,150 @@
+"""Calibration fits against the closed forms that generated their data, the calibration file
+as the hardware catalog and the cost model read it, and validation's statistics."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments.cli import main
+from hwmodels.cost import CalibratedCost, kind_key, window_positions
+from hwmodels.toml_io import load
+from runtime import NumpyEngine
+from runtime.calibrate import fit_kinds, fit_link, fit_samples, write_calibration
+from runtime.microbench import Sample
+from runtime.validate import op_errors, rank_agreement
+from workloads import GraphBuilder, Op
+
+
+def _roofline(flops: float, nbytes: float, eff: float) -> float:
+    """The generating model: 3 us + max(FLOPs / (100 GFLOP/s eff), bytes / (20 GB/s eff))."""
+    return 3e-6 + max(flops / (1e11 * eff), nbytes / (2e10 * eff))
+
+
+def test_the_roofline_fit_recovers_the_parameters_that_made_the_times() -> None:
+    samples = []
+    for f in np.geomspace(1e4, 1e10, 16):  # GEMMs: efficiency 0.5 below 1e7 FLOPs, then 1
+        samples.append(Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50,
+                                                                   0.5 if f < 1e7 else 1.0)))
+    for b in np.geomspace(1e3, 1e9, 16):  # streams: 0.25 below 1e6 bytes, then 1
+        samples.append(Sample("ew", "elementwise", b / 8, b,
+                              _roofline(b / 8, b, 0.25 if b < 1e6 else 1.0)))
+    fit = fit_samples(samples, buckets=2)
+    assert fit.launch_s == pytest.approx(3e-6, rel=0.02)
+    assert fit.peak_flops == pytest.approx(1e11, rel=0.02)
+    assert fit.bandwidth == pytest.approx(2e10, rel=0.02)
+    assert all(q["median"] < 0.02 for q in fit.quality.values())
+
+
+def test_the_per_kind_fit_recovers_a_linear_model_despite_an_outlier() -> None:
+    # 5 us + 1 ns per kFLOP + 0.1 ns per byte + 2 us per window position
+    truth = (5e-6, 1e-12, 1e-10, 2e-6)
+    rng = np.random.default_rng(0)
+    samples = []
+    for _ in range(30):
+        f, b, w = rng.uniform(1e5, 1e9), rng.uniform(1e3, 1e8), rng.integers(1, 50)
+        samples.append(Sample("c", "conv", f, b, truth[0] + truth[1] * f + truth[2] * b
+                              + truth[3] * w, kind="conv2d", windows=float(w)))
+    samples[3] = Sample("c", "conv", 1e6, 1e4, 1.0, kind="conv2d", windows=1.0)  # a hiccup
+    fit = fit_kinds(samples)["conv2d"]
+    assert (fit.launch_s, fit.per_flop, fit.per_byte, fit.per_window) == pytest.approx(
+        truth, rel=0.05)
+    assert fit.quality["median"] < 0.01
+
+
+def test_the_link_fit_recovers_latency_and_bandwidth() -> None:
+    copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
+    link = fit_link(copies)
+    assert link is not None
+    assert (link.latency_s, link.bandwidth) == pytest.approx((2e-6, 8e9), rel=0.01)
+
+
+def test_kind_keys_and_windows_read_the_op() -> None:
+    op = Op("g", "backward", "conv", attrs={"of": "c", "of_kind": "conv2d", "kernel": (3, 5)})
+    assert kind_key(op) == "backward:conv2d" and window_positions(op) == 15
+    assert kind_key(Op("r", "relu", "elementwise")) == "relu"
+
+
+def _written(tmp_path) -> tuple[str, list[Sample]]:
+    samples = [Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50, 1.0), kind="linear")
+               for f in np.geomspace(1e4, 1e10, 8)]
+    samples += [Sample("ew", "elementwise", b / 8, b, _roofline(b / 8, b, 1.0), kind="relu")
+                for b in np.geomspace(1e3, 1e9, 8)]
+    copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
+    path = tmp_path / "device.toml"
+    write_calibration(path, engine_name="cpu", model="host-cpu", devices=("cpu0", "cpu1"),
+                      memory_bytes=2**34, threads=1, fit=fit_samples(samples, buckets=1),
+                      link=fit_link(copies), samples=len(samples) + len(copies),
+                      kinds=fit_kinds(samples))
+    return str(path), samples
+
+
+def test_the_calibration_file_is_a_hardware_file_with_its_provenance(tmp_path, capsys,
+                                                                   home) -> None:
+    path, _ = _written(tmp_path)
+    found = load(path)
+    assert found.devices["host-cpu"].peak["fp32"] == pytest.approx(1e11, rel=0.02)
+    cluster = found.clusters["cpu-2-calibrated"]
+    assert cluster.links[0].bandwidth == pytest.approx(8e9, rel=0.01)
+    import tomllib
+
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    prov = data["calibration"]
+    assert {"machine", "date", "engine", "versions", "fit", "link_fit"} <= set(prov)
+    assert {m["kind"] for m in data["measured"]} == {"linear", "relu"}
+    assert main(["hw", "register", path]) == 0  # the catalog accepts it as it is
+    assert "cpu-2-calibrated" in capsys.readouterr().out
+
+
+def test_the_calibrated_cost_model_uses_the_per_kind_models(tmp_path) -> None:
+    path, _ = _written(tmp_path)
+    engine = NumpyEngine(devices=2, calibration=path)
+    assert engine.cluster().name == "cpu-2-calibrated"
+    cost = CalibratedCost(engine.cluster(), path)
+    b = GraphBuilder("t")
+    y = b.relu(b.input((1000,)))
+    relu = b.build().op(y)
+    import tomllib
+
+    with open(path, "rb") as f:
+        row = next(m for m in tomllib.load(f)["measured"] if m["kind"] == "relu")
+    expected = row["launch_us"] * 1e-6 + row["s_per_gflop"] * 1e-9 * relu.flops + \
+        row["s_per_gb"] * 1e-9 * (relu.bytes_read + relu.bytes_written)
+    assert cost.op_time(relu, "cpu0") == pytest.approx(expected, rel=1e-9)
+    with pytest.raises(Exception, match="calibrated for 2 devices, expected 1"):
+        NumpyEngine(devices=1, calibration=path).cluster()
+
+
+def test_rank_agreement_is_kendalls_tau() -> None:
+    # (1,2,3) against (1,3,2): two concordant pairs, one discordant -> (2 - 1) / 3
+    assert rank_agreement([1.0, 2.0, 3.0], [1.0, 3.0, 2.0]) == pytest.approx(1 / 3)
+    assert rank_agreement([1.0], [2.0]) is None
+
+
+def test_op_errors_join_the_traces_on_names() -> None:
+    import pandas as pd
+
+    def trace(rows):
+        return pd.DataFrame([{"name": n, "kind": "compute", "start_s": 0.0, "end_s": d}
+                             for n, d in rows])
+    errors = op_errors(trace([("a", 1.0), ("b", 2.0), ("c", 1.0)]),
+                       trace([("a", 1.5), ("b", 1.0), ("z", 9.0)]))
+    assert sorted(errors.tolist()) == [0.5, 0.5]
+
+
+def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
+    out = tmp_path / "cpu.toml"
+    assert main(["calibrate", "--quick", "--devices", "2", "--out", str(out),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["samples"] > 50 and data["peak_gflops"] > 0 and data["link"]
+    assert main(["validate", "--device", str(out), "--models", "mlp", "--repeats", "1",
+                 "--policies", "single_device,round_robin", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in report["rows"]] == ["single_device", "round_robin"]
+    assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
+    assert main(["calibrate", "--out", str(tmp_path / "x.txt")]) == 2
+    assert "expected a file ending in .toml" in capsys.readouterr().err
