@@ -55,7 +55,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              devices=engine.devices, memory_bytes=spec.memory_bytes,
                              threads=getattr(engine, "threads", 1), fit=fit, link=link,
                              samples=len(samples) + len(copies), kinds=kinds,
-                             dispatch_s=dispatch)
+                             link_dispatch_s=dispatch)
     if args.plot:
         _plot_fit(samples, fit, kinds, args.plot)
     data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),

@@ -181,12 +181,18 @@ def _efficiency(device: Device, op_class: str, size: np.ndarray) -> np.ndarray |
 
 
 def kind_key(op: Op) -> str:
-    """What a per-kind time model is keyed by: the op's kind, a backward op's forward kind.
+    """What a per-kind time model is keyed by: the op's kind, a backward op's forward kind;
+    a linear layer over a single row is ``linear:gemv`` (BLAS runs a matrix-vector product
+    there, several times faster per byte than the matrix product two rows take).
 
     >>> kind_key(Op("g", "backward", "conv", attrs={"of": "c", "of_kind": "conv2d"}))
     'backward:conv2d'
     """
-    return f"backward:{op.attrs.get('of_kind')}" if op.kind == "backward" else op.kind
+    if op.kind == "backward":
+        return f"backward:{op.attrs.get('of_kind')}"
+    if op.kind == "linear" and len(op.outputs) == 1 and math.prod(op.output.shape[:-1]) == 1:
+        return "linear:gemv"
+    return op.kind
 
 
 def window_positions(op: Op) -> int:
@@ -201,7 +207,8 @@ class CalibratedCost(RooflineCost):
     bandwidth, launch overhead and efficiencies; other devices keep their catalog spec.
     Where the file holds a per-kind model (``[[measured]]``, fitted where the roofline does
     not fit an op class), an fp32 op of that kind takes ``launch + s_per_gflop * GFLOPs +
-    s_per_gb * GB + us_per_window * windows`` instead.
+    s_per_gb * GB + us_per_window * windows + s_per_gb_beyond_cache * GB beyond cache_mib``
+    instead.
     """
 
     def __init__(self, cluster: Cluster, file: str | Path) -> None:
@@ -233,9 +240,10 @@ class CalibratedCost(RooflineCost):
         fit = self._kinds.get((self.spec(device).model, kind_key(op)))
         if fit is None or op.dtype != "fp32":
             return super().op_time(op, device)
-        launch, per_flop, per_byte, per_window = fit
-        return (launch + per_flop * op.flops + per_byte * (op.bytes_read + op.bytes_written)
-                + per_window * window_positions(op))
+        launch, per_flop, per_byte, per_window, per_far_byte, cache = fit
+        moved = op.bytes_read + op.bytes_written
+        return (launch + per_flop * op.flops + per_byte * moved
+                + per_window * window_positions(op) + per_far_byte * max(moved - cache, 0))
 
     def op_times(self, graph: Graph, placement: Placement) -> list[float]:
         if self._kinds:  # per op: the kind decides the model
@@ -244,7 +252,8 @@ class CalibratedCost(RooflineCost):
 
 
 def _measured_kinds(file: str | Path) -> dict[tuple[str, str], tuple[float, ...]]:
-    """(device model, kind) -> (launch s, s per FLOP, s per byte, s per window)."""
+    """(device model, kind) -> (launch s, s per FLOP, s per byte, s per window, s per byte
+    beyond the cache, cache bytes)."""
     from hwmodels.schema import HardwareDocument
     from workloads.io import read_text
     from workloads.schema import load_toml, validate
@@ -254,7 +263,8 @@ def _measured_kinds(file: str | Path) -> dict[tuple[str, str], tuple[float, ...]
                                                error=HardwareSpecError),
                    source=str(file), error=HardwareSpecError)
     return {(m.model, m.kind): (m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
-                                m.us_per_window * 1e-6) for m in doc.measured}
+                                m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
+                                m.cache_mib * 2**20) for m in doc.measured}
 
 
 class TableCost(CostModel):

@@ -64,7 +64,8 @@ class ClusterTable(Schema):
 
 class MeasuredKind(Schema):
     """A per-kind time model calibration fitted where the roofline does not fit:
-    ``launch + s_per_gflop * GFLOPs + s_per_gb * GB moved + us_per_window * windows``."""
+    ``launch + s_per_gflop * GFLOPs + s_per_gb * GB moved + us_per_window * windows +
+    s_per_gb_beyond_cache * GB beyond cache_mib``."""
 
     model: Name
     kind: Name
@@ -72,6 +73,8 @@ class MeasuredKind(Schema):
     s_per_gflop: NonNegative = 0.0
     s_per_gb: NonNegative = 0.0
     us_per_window: NonNegative = 0.0
+    s_per_gb_beyond_cache: NonNegative = 0.0
+    cache_mib: NonNegative = 0.0
     median_error: NonNegative = 0.0
     p90_error: NonNegative = 0.0
     samples: Annotated[int, Field(ge=1)] = 1

@@ -37,7 +37,7 @@ from runtime.microbench import Sample
 from workloads.errors import PlacelabError
 
 __all__ = ["CalibrationError", "Fit", "KindFit", "LinkFit", "dispatch_seconds", "fit_kinds",
-           "fit_link", "fit_samples", "write_calibration"]
+           "fit_link", "fit_samples", "last_level_cache_bytes", "write_calibration"]
 
 #: Classes whose efficiency is indexed by FLOPs; the others by bytes moved.
 COMPUTE_BOUND = ("matmul", "conv")
@@ -169,37 +169,56 @@ def _quality(ops: Sequence[Sample], fit: Fit) -> dict[str, dict[str, float]]:
     return out
 
 
+def last_level_cache_bytes() -> int:
+    """This machine's last-level cache (Linux sysfs), 32 MiB where it cannot be read."""
+    import re
+
+    sizes = []
+    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
+        match = re.fullmatch(r"(\d+)([KMG]?)", path.read_text().strip())
+        if match:
+            sizes.append(int(match[1]) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[match[2]])
+    return max(sizes, default=32 * 2**20)
+
+
 @dataclass
 class KindFit:
-    """``launch + per_flop * FLOPs + per_byte * bytes + per_window * windows`` for one kind
-    (a backward op's kind is ``backward:<forward kind>``)."""
+    """``launch + per_flop * FLOPs + per_byte * bytes + per_window * windows + per_far_byte *
+    (bytes beyond the last-level cache)`` for one kind (a backward op's kind is
+    ``backward:<forward kind>``)."""
 
     kind: str
     launch_s: float
     per_flop: float
     per_byte: float
     per_window: float
+    per_far_byte: float
+    cache_bytes: int
     quality: dict[str, float]
 
     def predict(self, s: Sample) -> float:
         return (self.launch_s + self.per_flop * s.flops + self.per_byte * s.nbytes
-                + self.per_window * s.windows)
+                + self.per_window * s.windows
+                + self.per_far_byte * max(s.nbytes - self.cache_bytes, 0.0))
 
 
-def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 3) -> dict[str, KindFit]:
+def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 2,
+              cache_bytes: int | None = None) -> dict[str, KindFit]:
     """A non-negative linear model per kind over its samples' FLOPs, bytes and window
     positions, fitted on relative error with a robust loss (one hiccup of the machine does
     not move it) from a non-negative least-squares start; kinds with fewer than
     ``min_samples`` fp32 samples are left to the roofline."""
     from scipy.optimize import nnls
 
+    cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
     out = {}
     for kind in sorted({s.kind for s in samples if s.kind and s.dtype == "fp32"
                         and s.op_class not in ("copy", "dispatch")}):
         mine = [s for s in samples if s.kind == kind and s.dtype == "fp32" and s.seconds > 0]
         if len(mine) < min_samples:
             continue
-        raw = np.array([[1.0, s.flops, s.nbytes, s.windows] for s in mine])
+        raw = np.array([[1.0, s.flops, s.nbytes, s.windows, max(s.nbytes - cache, 0.0)]
+                        for s in mine])
         seconds = np.array([s.seconds for s in mine])
         scale = np.where(raw.max(axis=0) > 0, raw.max(axis=0), 1.0)
         x = raw / scale  # columns of order 1: better conditioned
@@ -213,7 +232,7 @@ def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 3) -> dict[str, K
                                f_scale=0.05)
         coef = result.x / scale
         fit = KindFit(kind, float(coef[0]), float(coef[1]), float(coef[2]), float(coef[3]),
-                      quality={})
+                      float(coef[4]), cache, quality={})
         errors = np.array([abs(fit.predict(s) / s.seconds - 1) for s in mine])
         fit.quality = {"median": float(np.median(errors)),
                        "p90": float(np.quantile(errors, 0.9)), "samples": len(mine)}
@@ -273,12 +292,12 @@ def _provenance(engine_name: str, devices: int, threads: int, fit: Fit,
 def write_calibration(path: str | Path, *, engine_name: str, model: str, devices: Sequence[str],
                       memory_bytes: int, threads: int, fit: Fit, link: LinkFit | None,
                       samples: int, kinds: dict[str, KindFit] | None = None,
-                      dispatch_s: float = 0.0) -> Path:
+                      link_dispatch_s: float = 0.0) -> Path:
     """Write the fitted device (catalog model ``model``), the engine's cluster of it and
     the per-kind models as a hardware TOML that ``placelab hw register`` accepts and the
-    ``calibrated`` cost model reads; return the path. ``dispatch_s``, what the executor
-    spends on an op outside its kernel, is added to every launch overhead (and taken off
-    the link latency, whose samples include the reader's dispatch)."""
+    ``calibrated`` cost model reads; return the path. ``link_dispatch_s``, the executor's
+    idle time before an op (already in the ops' times), is taken off the link latency,
+    whose samples include it."""
     import tomli_w
 
     from hwmodels.spec import Cluster, Device, Link
@@ -289,25 +308,27 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
     if fit.fp64_ratio:
         peak["fp64"] = fit.peak_flops * fit.fp64_ratio
     spec = Device(model, "cpu", peak, memory_bytes, fit.bandwidth,
-                  launch_overhead_s=fit.launch_s + dispatch_s,
+                  launch_overhead_s=fit.launch_s,
                   efficiency={c: tuple(t) for c, t in fit.efficiency.items()
                               if c != "source"},
                   description=f"calibrated on {platform.node() or 'this machine'}: "
                               f"{threads} threads per device ({engine_name} engine)")
     slots = tuple(spec.instance(d) for d in devices)
-    latency = max(link.latency_s - dispatch_s, 0.0) if link else 0.0
+    latency = max(link.latency_s - link_dispatch_s, 0.0) if link else 0.0
     links = tuple(Link(a, b, link.bandwidth, latency) for i, a in enumerate(devices)
                   for b in devices[i + 1:]) if link else ()
     cluster = Cluster(f"{engine_name}-{len(devices)}-calibrated", slots, links)
     data: dict[str, Any] = {
         "calibration": {**_provenance(engine_name, len(devices), threads, fit, link,
-                                      samples), "dispatch_us": round(dispatch_s * 1e6, 3)},
+                                      samples),
+                        "dispatch_us": round(link_dispatch_s * 1e6, 3)},
         "device": [device_table(spec)], "cluster": [cluster_table(cluster)]}
     if kinds:
         data["measured"] = [{
-            "model": model, "kind": k.kind, "launch_us": (k.launch_s + dispatch_s) * 1e6,
+            "model": model, "kind": k.kind, "launch_us": k.launch_s * 1e6,
             "s_per_gflop": k.per_flop * 1e9, "s_per_gb": k.per_byte * 1e9,
-            "us_per_window": k.per_window * 1e6, "median_error": round(k.quality["median"], 4),
+            "us_per_window": k.per_window * 1e6, "s_per_gb_beyond_cache": k.per_far_byte * 1e9,
+            "cache_mib": k.cache_bytes / 2**20, "median_error": round(k.quality["median"], 4),
             "p90_error": round(k.quality["p90"], 4), "samples": int(k.quality["samples"])}
             for k in kinds.values()]
     return write_text_atomic(path, tomli_w.dumps(_finite(data)))

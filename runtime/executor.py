@@ -56,6 +56,10 @@ class RunResult:
     parameters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     #: Each compute op's duration, the median over the measured repeats.
     op_seconds: dict[str, float] = field(default_factory=dict, repr=False)
+    #: How long each compute op kept its device busy: from its start to the start of the
+    #: device's next op (its kernel, then releasing its inputs and dispatching the next),
+    #: the median over the measured repeats; a device's last op counts its kernel only.
+    op_busy_s: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def makespan_s(self) -> float:
@@ -312,6 +316,7 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
               for op in plan.graph if op.kind in STAGED}
     times: list[float] = []
     durations: dict[str, list[float]] = {}
+    busy: dict[str, list[float]] = {}
     with engine.session(), _Workers(engine.devices) as workers:
         for i in range(warmup + repeats):
             run = _Run(plan, engine, staged, placed, resident, calls)
@@ -319,14 +324,28 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
             _write_back(run, staged)
             if i >= warmup:
                 times.append(elapsed)
-                for row in run.rows:
-                    if row["kind"] == "compute":
-                        durations.setdefault(row["name"], []).append(row["end_s"] - row["start_s"])
+                _collect(run.rows, durations, busy)
     result = _result(plan, engine, run, times)
     result.op_seconds = {name: statistics.median(d) for name, d in durations.items()}
+    result.op_busy_s = {name: statistics.median(d) for name, d in busy.items()}
     result.parameters = {op.attrs["weights_of"]: engine.to_host(staged[op.output.name])
                          for op in plan.graph if op.kind == "parameter"}
     return result
+
+
+def _collect(rows: list[dict[str, Any]], durations: dict[str, list[float]],
+             busy: dict[str, list[float]]) -> None:
+    """One repeat's kernel durations and device-busy times, per compute op."""
+    by_device: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["kind"] == "compute":
+            durations.setdefault(row["name"], []).append(row["end_s"] - row["start_s"])
+            by_device.setdefault(row["device"], []).append(row)
+    for ops in by_device.values():
+        ops.sort(key=lambda r: r["start_s"])
+        for row, after in zip(ops, [*ops[1:], None], strict=True):
+            until = row["end_s"] if after is None else after["start_s"]
+            busy.setdefault(row["name"], []).append(until - row["start_s"])
 
 
 def _write_back(run: _Run, staged: dict[str, Any]) -> None:

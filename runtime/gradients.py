@@ -189,7 +189,7 @@ def _tanh(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]
 def _gelu(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
     v = x[0]
     k = math.sqrt(2.0 / math.pi)
-    inner = k * (v + 0.044715 * v ** 3)
+    inner = k * (v + 0.044715 * v * v * v)  # v * v * v: a float power is far slower
     t = xp.tanh(inner)
     slope = 0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * k * (1.0 + 3 * 0.044715 * v * v)
     return [dy * slope], {}

@@ -278,7 +278,8 @@ def _gelu(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tup
     if op.attrs.get("approximate", "tanh") != "tanh":
         raise GraphError(f"op {op.name!r}: gelu approximate must be 'tanh', got "
                          f"{op.attrs['approximate']!r}")
-    return (0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3))),)
+    # x * x * x: NumPy's float power is twenty times slower than two products
+    return (0.5 * x * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x))),)
 
 
 @kernel("add")

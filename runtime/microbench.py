@@ -77,8 +77,11 @@ def _conv(b: GraphBuilder, x: str, c: int, k: tuple[int, int], s: tuple[int, int
 
 def _gemms(quick: bool) -> Iterable[Case]:
     sizes = (64, 256, 1024) if quick else (32, 128, 512, 2048)
-    for m in ((1, 8) if quick else (1, 4, 16)):  # batch-sized rows: bound by the weights
-        for k, n in ((256, 1024), (1024, 256), (2048, 2048)):
+    rows = (1, 2, 8) if quick else (1, 2, 4, 16)
+    wide = ((256, 1024), (1024, 256), (2048, 2048), (4096, 4096)) + (
+        () if quick else ((8192, 4096), (1024, 8192)))
+    for m in rows:  # batch-sized rows: bound by reading the weights, some beyond the caches
+        for k, n in wide:
             yield _case(f"linear {m}x{k}x{n}", partial(_linear, n=n), (m, k))
     for m in sizes:
         for k in sizes:
@@ -151,11 +154,29 @@ def _training(quick: bool) -> Iterable[Case]:
                     yield Case(f"{op.name} {net.name} b{batch}", step, op)
 
 
+def _transformer(quick: bool) -> Iterable[Case]:
+    """Every op of the Adam steps of small GPT-2-shaped decoders: embeddings, layer norms,
+    the attention's split, reshapes, transposes, batched products, scaling and softmax,
+    GELU, a tied head, and their backward ops."""
+    from workloads.training import training_graph
+    from workloads.zoo.sequence import gpt2_small
+
+    sizes = ((16, 64, 2), (64, 128, 4), (32, 256, 8)) if quick else (
+        (16, 64, 2), (64, 128, 4), (32, 256, 8), (128, 192, 4))
+    for seq, dim, heads in sizes:
+        net = gpt2_small(batch=1, seq_len=seq, layers=1, dim=dim, heads=heads, vocab=500)
+        step = training_graph(net, "adam")
+        for op in step:
+            if op.op_class != "source":
+                yield Case(f"{op.name} gpt s{seq} d{dim}", step, op)
+
+
 def benchmark_cases(quick: bool = False) -> list[Case]:
     """The ops calibration times: GEMMs over a grid of m, n, k (and batch-sized rows); the
     zoo's convolution shapes; elementwise, reduction and layout ops over sizes from 1 KiB
-    to 64 MiB; the backward ops and updates of small training steps."""
-    return [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick)]
+    to 64 MiB; every op of small training steps (a perceptron, a CNN, a decoder)."""
+    return [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick),
+            *_transformer(quick)]
 
 
 def _median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
@@ -174,8 +195,9 @@ def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int
              ) -> list[Sample]:
     """Time the cases' ops as the executor runs them: each case's graph placed on the
     engine's first device and executed ``warmup + repeats`` times; an op's time is the
-    median of its measured durations (so it carries what running inside a plan costs:
-    the worker thread, cold caches, the executor's bookkeeping around the kernel)."""
+    median of how long it kept the device busy (``RunResult.op_busy_s``: its kernel,
+    releasing its inputs, dispatching the next op), so it carries what running inside a
+    plan costs."""
     from policies.plans import Plan
     from runtime.executor import execute
 
@@ -191,7 +213,7 @@ def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int
                     cluster=engine.cluster().name,
                     cluster_hash=engine.cluster().definition_hash)
         run = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
-        for name, value in run.op_seconds.items():
+        for name, value in run.op_busy_s.items():
             seconds[(id(graph), name)] = value
         gaps += _gaps(run.trace)
     samples = [Sample(c.label, c.op.op_class, float(c.op.flops),

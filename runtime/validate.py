@@ -31,22 +31,21 @@ if TYPE_CHECKING:
 
     from hwmodels.cost import CostModel
 
-__all__ = ["dispatch_of", "engine_cost", "op_errors", "rank_agreement", "validate"]
+__all__ = ["engine_cost", "op_errors", "rank_agreement", "validate"]
 
 
-def op_errors(measured: pd.DataFrame, simulated: pd.DataFrame, dispatch_s: float = 0.0
-              ) -> np.ndarray:
-    """Relative error of each op's simulated duration (less ``dispatch_s``, the executor's
-    cost outside the kernel that calibration adds to every op) against its measured kernel
-    time (ops that took measurable time; the traces joined on ``name``)."""
-    def durations(trace: pd.DataFrame) -> pd.Series:
-        ops = trace[trace["kind"] == "compute"]
-        return (ops["end_s"] - ops["start_s"]).groupby(ops["name"]).sum()
+def op_errors(measured: Mapping[str, float], simulated: pd.DataFrame) -> np.ndarray:
+    """Relative error of each op's simulated duration against how long it kept its device
+    busy for real (``RunResult.op_busy_s``: ops that took measurable time, joined on the
+    op's name)."""
+    import pandas as pd
 
-    real, sim = durations(measured), durations(simulated)
+    ops = simulated[simulated["kind"] == "compute"]
+    sim = (ops["end_s"] - ops["start_s"]).groupby(ops["name"]).sum()
+    real = pd.Series(measured, dtype=float)
     both = real.index.intersection(sim.index)
-    real, sim = real[both], sim[both] - dispatch_s
-    keep = real > 1e-7
+    real, sim = real[both], sim[both]
+    keep = (real > 1e-7) & (sim > 0)
     return np.abs(sim[keep].to_numpy() / real[keep].to_numpy() - 1)
 
 
@@ -60,17 +59,6 @@ def rank_agreement(predicted: Sequence[float], measured: Sequence[float]) -> flo
     return None if math.isnan(tau) else float(tau)
 
 
-def dispatch_of(engine: Engine) -> float:
-    """The per-op dispatch time the engine's calibration added to its ops (0 without)."""
-    import tomllib
-
-    calibration = getattr(engine, "calibration", None)
-    if not calibration:
-        return 0.0
-    with open(calibration, "rb") as f:
-        return float(tomllib.load(f).get("calibration", {}).get("dispatch_us", 0.0)) * 1e-6
-
-
 def engine_cost(engine: Engine) -> CostModel:
     """The cost model of the engine's cluster: the calibration's where the engine has one
     (its per-kind models included), the roofline over the catalog spec otherwise."""
@@ -82,14 +70,18 @@ def engine_cost(engine: Engine) -> CostModel:
 
 
 def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmup: int,
-         seed: int) -> dict[str, Any]:
+         seed: int, baselines: Mapping[str, CostModel]) -> dict[str, Any]:
     from runtime.executor import execute
     from sim.engine import simulate
 
     cluster = engine.cluster()
     measured = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
     predicted = simulate(plan, cluster, engine_cost(engine))
-    errors = op_errors(measured.trace, predicted.trace, dispatch_of(engine))
+    others: dict[str, float] = {}
+    for name, cost in baselines.items():  # the same run, predicted by another model
+        seconds = simulate(plan, cluster, cost).makespan_s
+        others |= {f"{name}_s": seconds, f"{name}_error": seconds / measured.makespan_s - 1}
+    errors = op_errors(measured.op_busy_s, predicted.trace)
     memory = [abs(predicted.peak_memory_bytes[d] / measured.peak_memory_bytes[d] - 1)
               for d in engine.devices if measured.peak_memory_bytes[d] > 0]
     low, high = measured.spread_s
@@ -103,14 +95,17 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
         "op_error_p90": float(np.quantile(errors, 0.9)) if len(errors) else None,
         "measured_peak_bytes": max(measured.peak_memory_bytes.values()),
         "predicted_peak_bytes": max(predicted.peak_memory_bytes.values()),
-        "memory_error_max": max(memory) if memory else None,
+        "memory_error_max": max(memory) if memory else None, **others,
     }
 
 
 def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str], *,
              repeats: int = 5, warmup: int = 1, seed: int = 0,
+             baselines: Mapping[str, CostModel] | None = None,
              progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
-    """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau."""
+    """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau.
+    ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
+    runs too: columns ``<name>_s`` and ``<name>_error``."""
     import pandas as pd
 
     from policies.base import plan
@@ -119,7 +114,7 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     rows = []
     for name, policy in progress(cases):
         p = plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
-        rows.append(_row(name, policy, engine, p, repeats, warmup, seed))
+        rows.append(_row(name, policy, engine, p, repeats, warmup, seed, baselines or {}))
     df = pd.DataFrame(rows)
     taus = {name: rank_agreement(list(g["predicted_s"]), list(g["measured_s"]))
             for name, g in df.groupby("graph", sort=False)}

@@ -124,14 +124,12 @@ def test_rank_agreement_is_kendalls_tau() -> None:
     assert rank_agreement([1.0], [2.0]) is None
 
 
-def test_op_errors_join_the_traces_on_names() -> None:
+def test_op_errors_join_the_busy_times_and_the_trace_on_names() -> None:
     import pandas as pd
 
-    def trace(rows):
-        return pd.DataFrame([{"name": n, "kind": "compute", "start_s": 0.0, "end_s": d}
-                             for n, d in rows])
-    errors = op_errors(trace([("a", 1.0), ("b", 2.0), ("c", 1.0)]),
-                       trace([("a", 1.5), ("b", 1.0), ("z", 9.0)]))
+    simulated = pd.DataFrame([{"name": n, "kind": "compute", "start_s": 0.0, "end_s": d}
+                              for n, d in (("a", 1.5), ("b", 1.0), ("z", 9.0))])
+    errors = op_errors({"a": 1.0, "b": 2.0, "c": 1.0}, simulated)
     assert sorted(errors.tolist()) == [0.5, 0.5]
 
 

@@ -142,3 +142,17 @@ def test_a_fused_graph_computes_what_the_unfused_one_does(name: str) -> None:
     for key in fused.outputs:
         np.testing.assert_allclose(folded.outputs[key], plain.outputs[key], rtol=1e-5,
                                    atol=1e-6, err_msg=key)
+
+
+def test_busy_times_tile_each_device_from_its_first_start_to_its_last_end() -> None:
+    from policies import plan as make_plan
+    from runtime import NumpyEngine, execute
+    from workloads import build_model
+
+    engine = NumpyEngine(devices=1)
+    result = execute(make_plan(build_model("lenet5", batch=2), engine.cluster(),
+                               "single_device"), engine, warmup=0, repeats=1)
+    ops = result.trace[result.trace["kind"] == "compute"]
+    span = ops["end_s"].max() - ops["start_s"].min()
+    assert sum(result.op_busy_s.values()) == pytest.approx(span, rel=1e-9)
+    assert all(result.op_busy_s[n] >= result.op_seconds[n] for n in result.op_seconds)

@@ -1,0 +1,131 @@
+"""How far to trust the simulator on this machine: calibrate the NumPy engine (two logical
+devices), then run a validation set calibration never timed — zoo models at other batch
+sizes, two training steps, an imported ONNX model and a graph built with the public builder
+API — under three plans each (one device, HEFT's split, round robin's bad split), for real
+and simulated, with the calibrated model and with the uncalibrated catalog CPU.
+
+    python benchmarks/validation.py [--quick] [--repeats 7] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import onnx
+from machine import describe, record
+
+from hwmodels import Device, RooflineCost
+from runtime import NumpyEngine
+from runtime.validate import validate
+from workloads import Graph, GraphBuilder, build_model, training_graph
+from workloads.importers import import_onnx
+
+POLICIES = ("single_device", "heft", "round_robin")
+
+
+class CatalogCost(RooflineCost):
+    """The uncalibrated model of the same cluster: every device the catalog Xeon's share of
+    cores (what ``NumpyEngine`` assumes without a calibration), links 10 GB/s and 5 us."""
+
+    def spec(self, device: str) -> Device:
+        return NumpyEngine(devices=len(self.cluster.devices)).cluster().devices[0]
+
+    def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+        return 0.0 if src == dst else 5e-6 + nbytes / 10e9
+
+
+def builder_graph() -> Graph:
+    """A network of the user's own: built with GraphBuilder, shapes nothing else uses."""
+    b = GraphBuilder("custom_cnn")
+    x = b.relu(b.batchnorm(b.conv2d(b.input((4, 3, 40, 40)), 24, 5, padding=2)))
+    x = b.max_pool2d(x, 2)
+    y = b.relu(b.conv2d(x, 24, 3, padding=1))
+    x = b.avg_pool2d(b.add(x, y), 2)
+    x = b.relu(b.linear(b.flatten(x), 200))
+    b.softmax(b.linear(x, 7))
+    return b.build()
+
+
+def validation_set(quick: bool) -> dict[str, Graph]:
+    light = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+    graphs = {
+        "mlp b8": build_model("mlp", batch=8),
+        "lenet5 b16": build_model("lenet5", batch=16),
+        "alexnet b2": build_model("alexnet", batch=2),
+        "resnet50 b2": build_model("resnet50", batch=2),
+        "stacked_autoencoder b8": build_model("stacked_autoencoder", batch=8),
+        "bert_base b1 s32": build_model("bert_base", batch=1, seq_len=32),
+        "mlp b8 train": training_graph(build_model("mlp", batch=8)),
+        "lenet5 b16 train": training_graph(build_model("lenet5", batch=16)),
+        "squeezenet (onnx)": import_onnx(light / "light_squeezenet.onnx"),
+        "custom_cnn (builder)": builder_graph(),
+    }
+    if not quick:
+        graphs["inception_v3 b1"] = build_model("inception_v3", batch=1)
+        graphs["vgg16 b1"] = build_model("vgg16", batch=1)
+    return graphs
+
+
+def summary(df, label: str, prefix: str = "") -> list[str]:
+    """One line: the error of the ``<prefix>s`` predictions against the measured runs."""
+    from runtime.validate import rank_agreement
+
+    errors = (df[f"{prefix}s"] / df["measured_s"] - 1).abs()
+    by_graph = df.groupby("graph", sort=False)
+    ranked = sum(1 for _, g in by_graph
+                 if rank_agreement(list(g[f"{prefix}s"]), list(g["measured_s"])) == 1.0)
+    ops = f"{df['op_error_median'].median():.1%}" if prefix == "predicted_" else "-"
+    return [f"| {label} | {errors.median():.1%} | {errors.quantile(0.9):.1%} | "
+            f"{errors.max():.1%} | {ranked} of {by_graph.ngroups} | {ops} |"]
+
+
+def rows(df) -> list[str]:
+    out = ["| graph | plan | measured ms (min-max) | calibrated ms | error | catalog ms | "
+           "error | op error (median) | memory error | tau |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in df.itertuples():
+        out.append(f"| {r.graph} | {r.policy} | {r.measured_s * 1e3:.2f} "
+                   f"({r.measured_min_s * 1e3:.2f}-{r.measured_max_s * 1e3:.2f}) | "
+                   f"{r.predicted_s * 1e3:.2f} | {r.error:+.1%} | "
+                   f"{r.catalog_s * 1e3:.2f} | {r.catalog_error:+.1%} | "
+                   f"{r.op_error_median:.1%} | {r.memory_error_max or 0:.1%} | "
+                   f"{r.rank_tau:.2f} |")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp())
+    calibration = folder / "cpu.toml"
+    command = [sys.executable, "-m", "experiments.cli", "calibrate", "--devices", "2",
+               "--out", str(calibration), *(["--quick"] if args.quick else [])]
+    report = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    graphs = validation_set(args.quick)
+    engine = NumpyEngine(devices=2, calibration=calibration)
+    calibrated = validate(engine, graphs, POLICIES, repeats=args.repeats,
+                          baselines={"catalog": CatalogCost(engine.cluster())})
+    lines = [describe(), f"date: {datetime.date.today().isoformat()}",
+             f"command: python benchmarks/validation.py{' --quick' if args.quick else ''} "
+             f"--repeats {args.repeats}", "", "calibration (`placelab calibrate --devices 2"
+             f"{' --quick' if args.quick else ''}`):", "", "```", report.strip(), "```", "",
+             "| model | median abs error | p90 | worst | plan order kept (tau = 1) | "
+             "op error (median) |", "|---|---:|---:|---:|---:|---:|",
+             *summary(calibrated, "calibrated", "predicted_"),
+             *summary(calibrated, "catalog CPU, uncalibrated", "catalog_"), "",
+             f"peak memory, simulated against measured: worst relative gap "
+             f"{calibrated['memory_error_max'].fillna(0).max():.1%} over every device of "
+             f"every run", "", *rows(calibrated)]
+    print(record(lines, args.out), end="")
+
+
+if __name__ == "__main__":
+    main()
