@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from hwmodels.cost import CostModel
 
-__all__ = ["engine_cost", "op_errors", "rank_agreement", "validate"]
+__all__ = ["engine_cost", "op_errors", "order_kept", "rank_agreement", "validate"]
 
 
 def op_errors(measured: Mapping[str, float], simulated: pd.DataFrame) -> np.ndarray:
@@ -69,6 +69,22 @@ def engine_cost(engine: Engine) -> CostModel:
     return CalibratedCost(cluster, calibration) if calibration else RooflineCost(cluster)
 
 
+def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[float]
+               ) -> bool:
+    """Whether no two plans are ordered by the simulator against the measurements: a pair
+    the prediction calls faster one way while every measured repeat of it was slower than
+    every repeat of the other (a pair closer than the machine's noise contradicts nothing).
+
+    >>> order_kept([1.0, 2.0], low=[1.0, 1.9], high=[1.2, 2.1])
+    True
+    >>> order_kept([1.0, 2.0], low=[3.0, 1.0], high=[3.1, 1.1])
+    False
+    """
+    n = len(predicted)
+    return not any(predicted[i] < predicted[j] and low[i] > high[j]
+                   for i in range(n) for j in range(n))
+
+
 def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmup: int,
          seed: int, baselines: Mapping[str, CostModel]) -> dict[str, Any]:
     from runtime.executor import execute
@@ -103,7 +119,9 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
              repeats: int = 5, warmup: int = 1, seed: int = 0,
              baselines: Mapping[str, CostModel] | None = None,
              progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
-    """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau.
+    """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau and
+    ``order_kept`` whether the simulator orders no two of its plans against the
+    measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
     runs too: columns ``<name>_s`` and ``<name>_error``."""
     import pandas as pd
@@ -116,7 +134,11 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
         p = plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
         rows.append(_row(name, policy, engine, p, repeats, warmup, seed, baselines or {}))
     df = pd.DataFrame(rows)
-    taus = {name: rank_agreement(list(g["predicted_s"]), list(g["measured_s"]))
-            for name, g in df.groupby("graph", sort=False)}
-    df["rank_tau"] = df["graph"].map(taus)
+    groups = df.groupby("graph", sort=False)
+    df["rank_tau"] = df["graph"].map({name: rank_agreement(list(g["predicted_s"]),
+                                                           list(g["measured_s"]))
+                                      for name, g in groups})
+    df["order_kept"] = df["graph"].map({name: order_kept(
+        list(g["predicted_s"]), list(g["measured_min_s"]), list(g["measured_max_s"]))
+        for name, g in groups})
     return df

@@ -118,6 +118,15 @@ def test_the_calibrated_cost_model_uses_the_per_kind_models(tmp_path) -> None:
         NumpyEngine(devices=1, calibration=path).cluster()
 
 
+def test_an_order_is_contradicted_only_beyond_the_measured_spread() -> None:
+    from runtime.validate import order_kept
+
+    # b predicted faster than a, but every run of b was slower than every run of a
+    assert not order_kept([2.0, 1.0], [1.0, 1.5], [1.2, 1.8])
+    assert order_kept([2.0, 1.0], [1.0, 1.1], [1.2, 1.3])  # overlapping runs: noise
+    assert order_kept([1.0, 1.0], [5.0, 1.0], [6.0, 2.0])  # a tie contradicts nothing
+
+
 def test_rank_agreement_is_kendalls_tau() -> None:
     # (1,2,3) against (1,3,2): two concordant pairs, one discordant -> (2 - 1) / 3
     assert rank_agreement([1.0, 2.0, 3.0], [1.0, 3.0, 2.0]) == pytest.approx(1 / 3)
