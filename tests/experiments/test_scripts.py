@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "experiments" / "scripts"
 
@@ -31,3 +32,27 @@ def test_zoo_table_lists_every_model() -> None:
 
     assert all(f"`{name}`" in table for name in list_models())
     assert "| `resnet50` | 177 | 25,557,032 |" in table
+
+
+def test_abstraction_cost_study(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["abstraction_cost.py", "--quick", "--out",
+                                      str(tmp_path)])
+    namespace = runpy.run_path(str(SCRIPTS / "abstraction_cost.py"), run_name="__main__")
+    df = pd.read_parquet(tmp_path / "abstraction_cost.parquet")
+    assert (tmp_path / "abstraction_cost.png").read_bytes()[:4] == b"\x89PNG"
+    runs = df.set_index(["graph", "runtime"])
+    assert runs.loc[("lenet5 forward", "placelab executor"), "step_s"] > 0
+    assert runs.loc[("lenet5 forward", "straight-line loop"), "overhead_us_per_op"] == 0
+    assert "not traced" in runs.loc[("mlp training step", "TorchScript"), "skipped"]
+    # on one device the simulated step is the sum of op times: each microsecond of launch
+    # overhead adds one microsecond per op that computes (sources cost nothing)
+    from policies import plan
+    from runtime import NumpyEngine
+    from workloads import build_model
+
+    engine = NumpyEngine(devices=1)
+    graph = build_model("lenet5", batch=8)
+    curve = namespace["predictions"](plan(graph, engine.cluster(), "single_device"), engine)
+    slope = (curve[-1]["predicted_s"] - curve[0]["predicted_s"]) / (
+        (curve[-1]["launch_us"] - curve[0]["launch_us"]) * 1e-6)
+    assert slope == pytest.approx(sum(op.op_class != "source" for op in graph), rel=1e-9)
