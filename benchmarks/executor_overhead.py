@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from machine import describe, record
 from policies import plan
 from runtime import NumpyEngine, execute, make_inputs
 from runtime.kernels import kernel_for
+from runtime.microbench import median_time
 from runtime.weights import owner_of, weight_arrays
 from workloads import build_model
 from workloads.graph import Graph
@@ -56,16 +56,6 @@ def straight_line(graph: Graph, seed: int = 0) -> Callable[[], None]:
                 del values[t]
 
     return run
-
-
-def median_time(fn: Callable[[], None], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def overhead_rows(repeats: int) -> list[str]:

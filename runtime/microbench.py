@@ -27,7 +27,7 @@ from workloads.builder import GraphBuilder
 from workloads.graph import Graph
 from workloads.op import Op
 
-__all__ = ["Case", "Sample", "benchmark_cases", "time_copies", "time_ops"]
+__all__ = ["Case", "Sample", "benchmark_cases", "median_time", "time_copies", "time_ops"]
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,12 @@ def benchmark_cases(quick: bool = False) -> list[Case]:
             *_transformer(quick)]
 
 
-def _median_time(fn: Callable[[], Any], warmup: int, repeats: int) -> float:
+def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    """The median wall time of ``repeats`` calls of ``fn`` after ``warmup`` unmeasured ones.
+
+    >>> median_time(lambda: None, repeats=3) < 1.0
+    True
+    """
     for _ in range(warmup):
         fn()
     times = []

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +33,7 @@ from experiments.results import write_results
 from hwmodels import Cluster, Device, RooflineCost
 from policies import Plan, plan
 from runtime import NumpyEngine, execute, make_inputs
+from runtime.microbench import median_time
 from runtime.resident import STAGED, parameters, place_resident, resident_key
 from runtime.training import bind
 from sim import simulate
@@ -42,16 +41,6 @@ from workloads import Graph, build_model, training_graph
 from workloads.io import write_figure
 
 LAUNCH_US = (0.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0)
-
-
-def _median(fn: Callable[[], Any], repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def straight_line(p: Plan, engine: NumpyEngine) -> Callable[[], None]:
@@ -107,7 +96,7 @@ def torch_runs(graph: Graph, train: bool, repeats: int, threads: int
                             w -= 0.01 * w.grad
                             w.grad = None
 
-    out: dict[str, float | str] = {"PyTorch eager": _median(eager, repeats)}
+    out: dict[str, float | str] = {"PyTorch eager": median_time(eager, repeats)}
     if train:
         out["TorchScript"] = "traced forward only: a training step is not traced here"
         return out
@@ -119,7 +108,7 @@ def torch_runs(graph: Graph, train: bool, repeats: int, threads: int
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # TorchScript still runs
         traced = torch.jit.trace(Net(), inputs["input"])
-        out["TorchScript"] = _median(lambda: traced(inputs["input"]), repeats)
+        out["TorchScript"] = median_time(lambda: traced(inputs["input"]), repeats)
     return out
 
 
@@ -182,7 +171,7 @@ def onnxruntime_run(repeats: int, threads: int) -> float | str:
     session = ort.InferenceSession(str(path), options)
     name = session.get_inputs()[0].name
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    return _median(lambda: session.run(None, {name: x}), repeats)
+    return median_time(lambda: session.run(None, {name: x}), repeats)
 
 
 class LaunchCost(RooflineCost):
@@ -217,7 +206,7 @@ def study(quick: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     for label, (graph, train) in cases.items():
         p = plan(graph, engine.cluster(), "single_device")
         with engine.session():
-            loop = _median(straight_line(p, engine), repeats)
+            loop = median_time(straight_line(p, engine), repeats)
         runs: dict[str, float | str] = {
             "placelab executor": execute(p, engine, warmup=1, repeats=repeats).makespan_s,
             "straight-line loop": loop, **torch_runs(graph, train, repeats, engine.threads)}
