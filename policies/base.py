@@ -113,6 +113,7 @@ _BUILTIN = {
     "heft": "policies.listsched:HEFT", "cpop": "policies.listsched:CPOP",
     "etf": "policies.listsched:ETF", "m_etf": "policies.listsched:METF",
     "m_sct": "policies.listsched:MSCT", "m_topo": "policies.memory:MTopo",
+    "m_topo_speed": "policies.memory:MTopoSpeed",
     "metis": "policies.cuts:Metis", "kernighan_lin": "policies.cuts:KernighanLin",
     "spectral": "policies.cuts:Spectral", "stone_mincut": "policies.cuts:StoneMinCut",
     "pipeline": "policies.pipeline:Pipeline", "optimal": "policies.optimal:Optimal",

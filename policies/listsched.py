@@ -10,6 +10,7 @@ no link contention); the Plan keeps each device's op order and the model's makes
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import heapq
 from typing import Any
 
@@ -22,9 +23,10 @@ from hwmodels.spec import Cluster
 from policies.base import PlacementPolicy, register_policy
 from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
+from workloads.errors import PlacementError
 from workloads.graph import Graph
 
-__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT"]
+__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES"]
 
 
 class Timeline:
@@ -186,24 +188,38 @@ class _ReadyPool:
         self.ops.pop()
 
 
+#: How ETF-style schedulers break ties: ``level`` (the op of larger upward rank, on the
+#: device where it finishes first) or ``topo`` (Baechi's: the op earlier in its BFS
+#: topological order, on the device where it starts first, the lowest-numbered on a tie).
+TIES = ("level", "topo")
+
+
 @register_policy
 class ETF(PlacementPolicy):
-    """Earliest Task First: repeatedly start the ready op that can start soonest; ties go to
-    the op of larger static level (upward rank). On identical devices this is Hwang et al.'s
-    ETF; on heterogeneous ones an op's start is taken on the device where it would finish
-    first, so an idle slow device does not attract work a fast one would finish sooner."""
+    """Earliest Task First: repeatedly start the ready op that can start soonest. With
+    ``ties="level"`` (the default here) ties go to the op of larger static level (upward
+    rank), and an op's start is taken on the device where it would finish first, so an idle
+    slow device does not attract work a fast one would finish sooner (on identical devices
+    this is Hwang et al.'s ETF); ``ties="topo"`` is Baechi's rule (see :data:`TIES`)."""
 
     name = "etf"
 
-    def favourite_parents(self, p: Problem) -> dict[int, int]:
-        """Ops to keep on their parent's device (m-SCT); none here."""
-        return {}
+    def __init__(self, ties: str = "level") -> None:
+        if ties not in TIES:
+            raise PlacementError(f"policy {self.name!r}: ties must be one of "
+                                 f"{', '.join(TIES)}, got {ties!r}")
+        self.ties = ties
+
+    def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
+        """Ops to keep on their parent's device (m-SCT), and what to report of choosing
+        them; none here."""
+        return {}, {}
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
         n_dev = len(p.devices)
         level = np.asarray(p.upward_rank())
-        fav = self.favourite_parents(p)
+        fav, report = self.favourite_parents(p)
         book = MemoryBook(p, self.name)
         free = np.zeros(n_dev)
         capacity = np.asarray(p.capacity, dtype=float)
@@ -231,7 +247,8 @@ class ETF(PlacementPolicy):
                 pending[succ] -= 1
                 if pending[succ] == 0:
                     self._admit(p, pool, book, pins, succ, where, finish, fav)
-        return _placement(p, where, orders, finish, level.tolist())
+        placed = _placement(p, where, orders, finish, level.tolist())
+        return dataclasses.replace(placed, info=report or None)
 
     def _admit(self, p: Problem, pool: _ReadyPool, book: MemoryBook, pins: Pins, op: int,
                where: list[int], finish: list[float], fav: dict[int, int]) -> None:
@@ -261,25 +278,34 @@ class ETF(PlacementPolicy):
             start[kept[ok]] = np.inf
             start[kept[ok], cols[ok]] = stay[ok]
         ops = np.asarray(pool.ops)
-        finish = start + p.times[ops]
-        device = np.argmin(finish, axis=1)  # each op's device: where it would finish first
+        if self.ties == "topo":  # where it starts first; argmin takes the lowest index
+            device = np.argmin(start, axis=1)
+        else:  # where it would finish first
+            device = np.argmin(start + p.times[ops], axis=1)
         rows = np.arange(k)
         first_start = start[rows, device]
         best = first_start.min()
         if not np.isfinite(best):
             raise book.fail(int(ops[np.argmax(level[ops])]))
         tied = np.flatnonzero(first_start == best)
-        pick = tied[np.lexsort((ops[tied], -level[ops[tied]]))[0]]
+        if self.ties == "topo":
+            pick = tied[np.argmin(p.bfs_rank[ops[tied]])]
+        else:
+            pick = tied[np.lexsort((ops[tied], -level[ops[tied]]))[0]]
         return int(pick), int(device[pick]), float(best)
 
 
 @register_policy
 class METF(ETF):
     """Memory-constrained ETF (Baechi's m-ETF): a device is a candidate only while the op
-    fits in what is left of its memory; never exceeds a device's capacity."""
+    fits in what is left of its memory; never exceeds a device's capacity. Ties as Baechi
+    breaks them (``ties="topo"``) unless told otherwise."""
 
     name = "m_etf"
     memory_aware = True
+
+    def __init__(self, ties: str = "topo") -> None:
+        super().__init__(ties)
 
 
 @register_policy
@@ -292,28 +318,36 @@ class MSCT(ETF):
     name = "m_sct"
     memory_aware = True
 
-    def favourite_parents(self, p: Problem) -> dict[int, int]:
+    def __init__(self, ties: str = "topo") -> None:
+        super().__init__(ties)
+
+    def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
+        """Favourite children from the relaxed LP; where the LP fails, none, and the
+        Plan's ``info["sct_lp"]`` says why."""
         pairs: dict[tuple[int, int], float] = {}
         for j in range(p.n):
             for i, t in p.preds[j]:
                 if not p.floating[i]:  # a floating op joins its group, wherever that is
                     pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
         if not pairs:
-            return {}
-        x = _favourite_lp(p, list(pairs), list(pairs.values()))
+            return {}, {"sct_lp": "no edges: no favourite children"}
+        x, status = _favourite_lp(p, list(pairs), list(pairs.values()))
+        if x is None:
+            return {}, {"sct_lp": f"failed ({status}): scheduled without favourite children"}
         favourite: dict[int, int] = {}
         taken: set[int] = set()
         for (i, j), value in sorted(zip(pairs, x, strict=True), key=lambda e: -e[1]):
             if value >= 0.5 and j not in favourite and i not in taken:
                 favourite[j] = i
                 taken.add(i)
-        return favourite
+        return favourite, {"sct_lp": "optimal"}
 
 
-def _favourite_lp(p: Problem, edges: list[tuple[int, int]], comm: list[float]) -> np.ndarray:
+def _favourite_lp(p: Problem, edges: list[tuple[int, int]], comm: list[float]
+                  ) -> tuple[np.ndarray | None, str]:
     """Relaxed SCT program: minimise C subject to ``s_j >= s_i + p_i + c_ij (1 - x_ij)``,
     ``C >= s_i + p_i``, at most one favourite child per op and parent per op, x in [0, 1].
-    Returns x per edge."""
+    Returns x per edge (None where the solver fails) and the solver's word on it."""
     n, e = p.n, len(edges)
     w = np.nan_to_num(p.mean_times, nan=0.0)
     src = np.array([i for i, _ in edges])
@@ -337,5 +371,5 @@ def _favourite_lp(p: Problem, edges: list[tuple[int, int]], comm: list[float]) -
     bounds = [(0, None)] * n + [(0, 1)] * e + [(0, None)]
     res = linprog(objective, A_ub=a, b_ub=b, bounds=bounds, method="highs")
     if res.status != 0:
-        return np.zeros(e)
-    return res.x[n:n + e]
+        return None, str(res.message)
+    return res.x[n:n + e], "optimal"

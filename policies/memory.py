@@ -1,4 +1,5 @@
-"""Baechi's m-TOPO (Jeon et al., SoCC 2020): topological order, devices filled in turn."""
+"""Baechi's m-TOPO (Jeon et al., SoCC 2020): topological order, devices filled in turn; and
+placelab's variant that shares work by device speed."""
 
 from __future__ import annotations
 
@@ -11,18 +12,63 @@ from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
 
-__all__ = ["MTopo"]
+__all__ = ["MTopo", "MTopoSpeed"]
 
 
 @register_policy
 class MTopo(PlacementPolicy):
-    """Walks the ops in topological order and keeps putting them on the current device until
-    its share of the work (proportional to its speed) is reached or the next op would not
-    fit in its memory; then moves to the next device. An op that fits nowhere further on
-    goes to any device with room; if none has room, :class:`OutOfMemory` says so. A
-    co-placement group counts as one op, where its lead comes, with all its work."""
+    """Baechi's m-TOPO (``TopoUniform`` in its code): the ops in Baechi's topological order
+    fill the devices one after another, each up to an even memory cap (the memory of all
+    ops over the number of devices, plus the largest op's), never going back to an earlier
+    device; a co-placement group lands where its lead does, with all its memory. Refuses
+    with :class:`OutOfMemory` when ops are left after the last device."""
 
     name = "m_topo"
+    memory_aware = True
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        p = Problem(graph, cluster, cost)
+        book = MemoryBook(p, self.name)
+        own = [p.op_memory[i] if p.group[i] < 0 else p.group_memory(p.group[i])
+               for i in range(p.n)]  # a group's lead brings the whole group
+        cap = sum(p.op_memory) // len(p.devices) + max(own, default=0)
+        filled = [0] * len(p.devices)  # the even share counts ops' own memory, as Baechi's
+        where = [-1] * p.n
+        pins = Pins(p)
+        current = 0
+        for op in np.argsort(p.bfs_rank, kind="stable").tolist():
+            if p.floating[op]:
+                continue
+            d = pins.of(op)
+            if d < 0:
+                while current < len(p.devices) and not (
+                        np.isfinite(p.times[op, current])
+                        and filled[current] + own[op] <= cap
+                        and book.fits(op, current, where)):
+                    current += 1
+                if current == len(p.devices):
+                    raise book.fail(op)
+                d = current
+                filled[d] += own[op]
+            elif not book.fits(op, d, where):
+                raise book.fail(op)
+            book.commit(op, d, where)
+            where[op] = d
+            pins.fix(op, d, where)
+        return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
+
+
+@register_policy
+class MTopoSpeed(PlacementPolicy):
+    """placelab's m-TOPO variant: walks the ops in topological order and keeps putting them
+    on the current device until its share of the work (proportional to its speed) is
+    reached or the next op would not fit in its memory; then moves to the next device. An
+    op that fits nowhere further on goes to any device with room; if none has room,
+    :class:`OutOfMemory` says so. A co-placement group counts as one op, where its lead
+    comes, with all its work. It balances work by device speed where Baechi's balances
+    memory."""
+
+    name = "m_topo_speed"
     memory_aware = True
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:

@@ -160,6 +160,26 @@ class Problem:
         return self.cost.mean_transfer_time(self.tensor_names[tensor],
                                             self.tensor_bytes[tensor], self.devices)
 
+    @cached_property
+    def bfs_rank(self) -> np.ndarray:
+        """Each op's position in Baechi's topological order: Kahn's algorithm with a FIFO
+        queue, sources in graph order, successors in edge order (``assign_topo_order`` in
+        Baechi's ``placer_utils.py``)."""
+        from collections import deque
+
+        pending = [len(preds) for preds in self.preds]
+        queue = deque(i for i in range(self.n) if not pending[i])
+        rank = np.zeros(self.n, dtype=np.int64)
+        position = 0
+        while queue:
+            i = queue.popleft()
+            rank[i], position = position, position + 1
+            for j, _ in self.succs[i]:
+                pending[j] -= 1
+                if pending[j] == 0:
+                    queue.append(j)
+        return rank
+
     def upward_rank(self) -> list[float]:
         """HEFT's ``rank_u``: mean time plus the costliest mean-cost path to an exit."""
         rank = [0.0] * self.n
