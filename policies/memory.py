@@ -3,6 +3,8 @@ placelab's variant that shares work by device speed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from hwmodels.cost import CostModel
@@ -33,29 +35,40 @@ class MTopo(PlacementPolicy):
                for i in range(p.n)]  # a group's lead brings the whole group
         cap = sum(p.op_memory) // len(p.devices) + max(own, default=0)
         filled = [0] * len(p.devices)  # the even share counts ops' own memory, as Baechi's
-        where = [-1] * p.n
-        pins = Pins(p)
         current = 0
-        for op in np.argsort(p.bfs_rank, kind="stable").tolist():
-            if p.floating[op]:
-                continue
-            d = pins.of(op)
-            if d < 0:
-                while current < len(p.devices) and not (
-                        np.isfinite(p.times[op, current])
-                        and filled[current] + own[op] <= cap
-                        and book.fits(op, current, where)):
-                    current += 1
-                if current == len(p.devices):
-                    raise book.fail(op)
-                d = current
-                filled[d] += own[op]
-            elif not book.fits(op, d, where):
+
+        def choose(op: int, where: list[int]) -> int:
+            nonlocal current
+            while current < len(p.devices) and not (
+                    np.isfinite(p.times[op, current]) and filled[current] + own[op] <= cap
+                    and book.fits(op, current, where)):
+                current += 1
+            if current == len(p.devices):
                 raise book.fail(op)
-            book.commit(op, d, where)
-            where[op] = d
-            pins.fix(op, d, where)
-        return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
+            filled[current] += own[op]
+            return current
+
+        return _fill(p, book, np.argsort(p.bfs_rank, kind="stable").tolist(), choose)
+
+
+def _fill(p: Problem, book: MemoryBook, order: list[int],
+          choose: Callable[[int, list[int]], int]) -> Placement:
+    """Place ops in ``order``: a group's first op where ``choose`` says, its other ops
+    with it (where they must fit), floating ops where their group lands."""
+    where = [-1] * p.n
+    pins = Pins(p)
+    for op in order:
+        if p.floating[op]:
+            continue
+        d = pins.of(op)
+        if d < 0:
+            d = choose(op, where)
+        elif not book.fits(op, d, where):
+            raise book.fail(op)
+        book.commit(op, d, where)
+        where[op] = d
+        pins.fix(op, d, where)
+    return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
 
 
 @register_policy
@@ -75,24 +88,17 @@ class MTopoSpeed(PlacementPolicy):
         p = Problem(graph, cluster, cost)
         book = MemoryBook(p, self.name)
         share = p.speed / p.speed.sum() * float(np.nan_to_num(p.mean_times).sum())
-        where = [-1] * p.n
-        pins = Pins(p)
         current, done = 0, 0.0
-        for op in range(p.n):
-            if p.floating[op]:
-                continue
-            d = pins.of(op)
-            if d < 0:
-                d = self._device(p, book, op, current, done, share, where)
-                if d != current:
-                    current, done = d, 0.0
-                done += float(p.node_times[op, d])
-            elif not book.fits(op, d, where):
-                raise book.fail(op)
-            book.commit(op, d, where)
-            where[op] = d
-            pins.fix(op, d, where)
-        return Placement({p.names[i]: p.devices[d] for i, d in enumerate(where)})
+
+        def choose(op: int, where: list[int]) -> int:
+            nonlocal current, done
+            d = self._device(p, book, op, current, done, share, where)
+            if d != current:
+                current, done = d, 0.0
+            done += float(p.node_times[op, d])
+            return d
+
+        return _fill(p, book, list(range(p.n)), choose)
 
     @staticmethod
     def _device(p: Problem, book: MemoryBook, op: int, current: int, done: float,
