@@ -2,9 +2,9 @@
 
 1. Zoo training steps x catalog clusters x every policy: simulated step time, its ratio to
    the lower bound, feasibility, and the policy's wall time.
-2. Random graphs of 8-12 ops on a heterogeneous 3-device cluster: heft, m_etf and metis
-   against the MILP optimum, in the model they all share (contention-free; the MILP's
-   objective) and simulated with contention.
+2. Random graphs of 8-12 ops on a heterogeneous 3-device cluster: heft, m_etf (both tie
+   rules) and metis against the MILP optimum, in the model they all share (contention-free;
+   the MILP's objective) and simulated with contention.
 3. Placement wall time of every heuristic on a 10k-op layered graph on 16 H100s.
 
     python benchmarks/placement_quality.py [--part 1,2,3] [--quick] [--out FILE.md]
@@ -86,7 +86,7 @@ def part_optimal(quick: bool) -> pd.DataFrame:
         best = plan(graph, cluster, Optimal(node_limit=1_000_000), cost)
         best_model = best.estimated_makespan_s
         best_sim = simulate(best, cluster, cost).makespan_s
-        for policy in ("heft", "m_etf", "metis"):
+        for policy in ("heft", "m_etf", "m_etf:ties=level", "metis"):
             p = plan(graph, cluster, policy, cost)
             rows.append({"seed": seed, "ops": len(graph), "policy": policy,
                          "model_ratio": model_makespan(p, cluster, cost) / best_model,
