@@ -103,8 +103,10 @@ def _add_model_commands(sub: Any) -> None:
 
     p = msub.add_parser("import", help="the same summary for an ONNX model")
     p.add_argument("file")
-    p.add_argument("--batch", type=_positive_int, default=1,
-                   help="value of symbolic (batch) dimensions")
+    p.add_argument("--batch", type=_positive_int, default=None,
+                   help="value of the inputs' symbolic first (batch) dimension")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="value of a symbolic dimension, by name (repeatable)")
     p.add_argument("--save", help="also write the imported graph as JSON (for --graph)")
     _add_json(p)
     p.set_defaults(func=cmd_model_import)

@@ -124,13 +124,25 @@ def cmd_model_show(args: argparse.Namespace) -> None:
     emit(args, summary, text)
 
 
+def _dims(items: list[str]) -> dict[str, int]:
+    """``--dim name=N`` options as a mapping (N an integer >= 1)."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name or not value.isdigit() or int(value) < 1:
+            raise PlacelabError(f"model import: --dim must be NAME=N with N an integer >= 1, "
+                                f"got {item!r}")
+        out[name] = int(value)
+    return out
+
+
 def cmd_model_import(args: argparse.Namespace) -> None:
     from workloads.importers import import_onnx
     from workloads.io import write_text_atomic
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        graph = import_onnx(args.file, batch=args.batch)
+        graph = import_onnx(args.file, batch=args.batch, dims=_dims(args.dim))
     notes = [str(w.message) for w in caught]
     for note in notes:
         sys.stderr.write(f"placelab: warning: {note}\n")

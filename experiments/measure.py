@@ -137,7 +137,7 @@ def validation_graphs(models: list[str], files: list[str], batch: int) -> dict[s
         if path.endswith(".onnx"):
             from workloads.importers import import_onnx
 
-            graphs[path] = import_onnx(path, batch=batch)
+            graphs[path] = import_onnx(path)
         else:
             graphs[path] = Graph.load(path)
     return graphs

@@ -164,3 +164,57 @@ def test_torch_import_takes_a_bare_tensor_and_names_bad_inputs() -> None:
     with pytest.raises(GraphError, match=r"^torch module Sequential: cannot trace it: "
                                          r"RuntimeError: [^\n]*$"):
         import_torch(net, torch.zeros(2, 9))
+
+
+def _symbolic(tmp_path: Path) -> Path:
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", 8])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y]))
+    path = tmp_path / "sym.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_symbolic_dimensions_are_bound_by_name_or_refused_naming_them(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    path = _symbolic(tmp_path)
+    g = import_onnx(path, batch=2, dims={"S": 5})
+    assert g.op("relu").output.shape == (2, 5, 8)
+    assert import_onnx(path, dims={"N": 3, "S": 7}).op("relu").output.shape == (3, 7, 8)
+    with pytest.raises(GraphError, match=r"tensor 'x': dimension 1 \('S'\) is unknown; "
+                                         r"expected it bound \(--dim S=N"):
+        import_onnx(path, batch=2)
+
+
+def test_batch_is_refused_where_the_batch_is_fixed(tmp_path: Path) -> None:
+    from onnx import TensorProto, helper
+
+    from workloads.importers import import_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y]))
+    path = tmp_path / "fixed.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(GraphError, match="--batch binds a symbolic batch dimension, but "
+                                         "every input has a fixed first dimension; got "
+                                         "--batch 8"):
+        import_onnx(path, batch=8)
+    assert import_onnx(path).op("relu").output.shape == (1, 8)
+
+
+def test_model_import_takes_dims_from_the_command_line(tmp_path: Path, capsys) -> None:
+    import json
+
+    from experiments.cli import main
+
+    path = str(_symbolic(tmp_path))
+    assert main(["model", "import", path, "--dim", "N=2", "--dim", "S=3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["flops"] == 2 * 3 * 8
+    assert main(["model", "import", path, "--dim", "S"]) == 2
+    assert "--dim must be NAME=N with N an integer >= 1, got 'S'" in capsys.readouterr().err

@@ -1,18 +1,20 @@
 """ONNX models as placelab graphs (needs the ``onnx`` extra).
 
-Shapes come from ONNX shape inference (symbolic dimensions take ``batch``). Constant tensors
-(initializers, and whatever nodes compute from constants alone, such as ``ConstantOfShape``
-weights) are folded away: a floating-point constant read by an op is that op's parameters
-(batch-norm mean and variance count as buffers), an integer one (a shape, axes) is an
-attribute. Every other node becomes an op with a cost formula; an operator without one is
-imported as ``opaque`` (costed by the bytes it moves) and named in one warning.
+Shapes come from ONNX shape inference once the inputs' symbolic dimensions are bound (by
+name, or ``batch`` for the symbolic first dimension); an unknown dimension is an error.
+Constant tensors (initializers, and whatever nodes compute from constants alone, such as
+``ConstantOfShape`` weights) are folded away: a floating-point constant read by an op is
+that op's parameters (batch-norm mean and variance count as buffers), an integer one (a
+shape, axes) is an attribute. Every other node becomes an op with a cost formula; an
+operator without one is imported as ``opaque`` (costed by the bytes it moves) and named in
+one warning.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,7 +127,6 @@ def _load(path: str | Path) -> Any:
         # The checker with full shape inference refuses inconsistent models (a MatMul of
         # incompatible shapes), which would otherwise import as wrong numbers.
         onnx.checker.check_model(model, full_check=True)
-        model = onnx.shape_inference.infer_shapes(model, strict_mode=True)
     except Exception as err:  # protobuf and checker errors have no common base
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
@@ -135,14 +136,48 @@ def _load(path: str | Path) -> Any:
     return model
 
 
-def _value_types(model: Any, batch: int) -> dict[str, Tensor]:
+def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, int]) -> Any:
+    """The model with its inputs' symbolic dimensions bound (``dims`` by name, ``batch``
+    for the symbolic dimension 0 of the inputs), shapes inferred from them."""
+    import onnx
+
+    consts = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in consts]
+    batch_names = {i.type.tensor_type.shape.dim[0].dim_param for i in inputs
+                   if i.type.tensor_type.HasField("shape") and i.type.tensor_type.shape.dim
+                   and i.type.tensor_type.shape.dim[0].dim_param}
+    if batch is not None and not batch_names:
+        raise GraphError(f"{path}: --batch binds a symbolic batch dimension, but every input "
+                         f"has a fixed first dimension; got --batch {batch}")
+    values = dict.fromkeys(batch_names, batch) if batch is not None else {}
+    values |= dict(dims)
+    for info in inputs:
+        for d in info.type.tensor_type.shape.dim:
+            if d.dim_param and d.dim_param in values:
+                d.dim_value = int(values[d.dim_param])  # clears dim_param (a oneof)
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
+                         f"{first}") from None
+
+
+def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     infos = [*model.graph.input, *model.graph.value_info, *model.graph.output]
     for info in infos:
         tt = info.type.tensor_type
         if not tt.HasField("shape"):
             continue
-        dims = [d.dim_value if d.HasField("dim_value") else batch for d in tt.shape.dim]
+        for axis, d in enumerate(tt.shape.dim):
+            if not d.HasField("dim_value"):
+                named = f" ({d.dim_param!r})" if d.dim_param else ""
+                hint = f"--dim {d.dim_param}=N" if d.dim_param else "fixed input dimensions"
+                raise GraphError(f"{path}: tensor {info.name!r}: dimension {axis}{named} is "
+                                 f"unknown; expected it bound ({hint}, or --batch for a "
+                                 f"symbolic batch dimension)")
+        dims = [d.dim_value for d in tt.shape.dim]
         dtype = _DTYPES.get(tt.elem_type, "fp32")
         out[info.name] = Tensor(info.name, tuple(max(int(d), 1) for d in dims) or (1,), dtype)
     for init in model.graph.initializer:
@@ -151,8 +186,13 @@ def _value_types(model: Any, batch: int) -> dict[str, Tensor]:
     return out
 
 
-def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) -> Graph:
+def import_onnx(path: str | Path, *, batch: int | None = None,
+                dims: Mapping[str, int] | None = None, name: str | None = None) -> Graph:
     """Read the ONNX model at ``path`` as a Graph.
+
+    Symbolic dimensions of the inputs are bound by name (``dims={"seq": 128}``) or, for
+    the symbolic first dimension, by ``batch``; a dimension still unknown after shape
+    inference is an error naming the tensor and the dimension, never a guess.
 
     >>> import glob, onnx, os
     >>> light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
@@ -160,8 +200,8 @@ def import_onnx(path: str | Path, *, batch: int = 1, name: str | None = None) ->
     >>> g.params
     25557032
     """
-    model = _load(path)
-    types = _value_types(model, batch)
+    model = _bind(_load(path), path, batch, dims or {})
+    types = _value_types(model, path)
     consts = {i.name for i in model.graph.initializer}
     values = _constant_values(model)
     ops: list[Op] = []
