@@ -107,6 +107,8 @@ def _add_model_commands(sub: Any) -> None:
                    help="value of the inputs' symbolic first (batch) dimension")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value of a symbolic dimension, by name (repeatable)")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse operators without a cost formula instead of warning")
     p.add_argument("--save", help="also write the imported graph as JSON (for --graph)")
     _add_json(p)
     p.set_defaults(func=cmd_model_import)

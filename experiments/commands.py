@@ -142,7 +142,8 @@ def cmd_model_import(args: argparse.Namespace) -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        graph = import_onnx(args.file, batch=args.batch, dims=_dims(args.dim))
+        graph = import_onnx(args.file, batch=args.batch, dims=_dims(args.dim),
+                            strict=args.strict)
     notes = [str(w.message) for w in caught]
     for note in notes:
         sys.stderr.write(f"placelab: warning: {note}\n")

@@ -187,12 +187,15 @@ def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
 
 
 def import_onnx(path: str | Path, *, batch: int | None = None,
-                dims: Mapping[str, int] | None = None, name: str | None = None) -> Graph:
+                dims: Mapping[str, int] | None = None, name: str | None = None,
+                strict: bool = False) -> Graph:
     """Read the ONNX model at ``path`` as a Graph.
 
     Symbolic dimensions of the inputs are bound by name (``dims={"seq": 128}``) or, for
     the symbolic first dimension, by ``batch``; a dimension still unknown after shape
-    inference is an error naming the tensor and the dimension, never a guess.
+    inference is an error naming the tensor and the dimension, never a guess. Operators
+    without a cost formula are named in one warning with their share of the graph's bytes,
+    or, with ``strict``, refused.
 
     >>> import glob, onnx, os
     >>> light = os.path.join(os.path.dirname(onnx.__file__), "backend/test/data/light")
@@ -220,12 +223,25 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
         if op is not None:
             ops.append(op)
     if unknown:
-        warnings.warn(f"{path}: imported without a cost formula (bytes only): "
-                      + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items())),
-                      stacklevel=2)
+        _report(path, ops, unknown, strict)
     produced = {t.name for op in ops for t in op.outputs}
     outputs = [_safe(o.name) for o in model.graph.output if _safe(o.name) in produced]
     return Graph(name or Path(path).stem, ops, outputs or None)
+
+
+def _report(path: str | Path, ops: list[Op], unknown: dict[str, int], strict: bool) -> None:
+    """Operators imported without a cost formula: how many ops, and what share of the
+    graph's bytes they hold; an error under ``strict``, one warning otherwise."""
+    opaque = [op for op in ops if op.kind == "opaque"]
+    moved = sum(op.bytes_read + op.bytes_written for op in ops) or 1
+    share = sum(op.bytes_read + op.bytes_written for op in opaque) / moved
+    message = (f"{path}: imported without a cost formula (bytes only): "
+               + ", ".join(f"{k} x{v}" for k, v in sorted(unknown.items()))
+               + f" ({len(opaque)} of {len(ops)} ops, {share:.1%} of the bytes moved)")
+    if strict:
+        raise GraphError(message.replace("imported without", "refused under --strict: ops "
+                                                              "without", 1))
+    warnings.warn(message, stacklevel=3)
 
 
 def _safe(name: str) -> str:
