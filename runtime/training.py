@@ -153,18 +153,20 @@ def _incoming(xp: Any, forward: Op, grads: Sequence[Array], at: Sequence[int] | 
     """The gradient of the forward op's output, summed over its readers; for an op with
     several outputs, one per output (zeros for an output no reader differentiates)."""
     if at is None:
-        total = grads[0]
-        for g in grads[1:]:
-            total = total + g
-        return total
+        return _total(grads)
     outs: list[Array] = []
     for i, t in enumerate(forward.outputs):
         mine = [g for g, j in zip(grads, at, strict=True) if j == i]
-        total = mine[0] if mine else xp.zeros(t.shape, dtype=grads[0].dtype)
-        for g in mine[1:]:
-            total = total + g
-        outs.append(total)
+        outs.append(_total(mine) if mine else xp.zeros(t.shape, dtype=grads[0].dtype))
     return outs
+
+
+def _total(arrays: Sequence[Array]) -> Array:
+    """The sum of one or more arrays (gradients of one value from several readers)."""
+    total = arrays[0]
+    for a in arrays[1:]:
+        total = total + a
+    return total
 
 
 def _sum_at(name: str, inputs: list[str], grads: Sequence[Array | None], op: Op) -> Array:
@@ -173,10 +175,7 @@ def _sum_at(name: str, inputs: list[str], grads: Sequence[Array | None], op: Op)
     if not parts:
         raise GraphError(f"op {op.name!r}: the backward kernel gave no gradient for input "
                          f"{name!r}")
-    total = parts[0]
-    for g in parts[1:]:
-        total = total + g
-    return total
+    return _total(parts)
 
 
 def _update(op: Op) -> Call:
@@ -184,10 +183,7 @@ def _update(op: Op) -> Call:
     kind = op.kind
 
     def call(xp: Any, args: Sequence[Array], resident: dict[str, Array]) -> tuple[Array, ...]:
-        g = args[0]
-        for extra in args[1:-1]:
-            g = g + extra
-        w = args[-1]
+        g, w = _total(args[:-1]), args[-1]
         if kind == "sgd_update":
             new = sgd_update(w, g, lr=a["lr"])
         elif kind == "momentum_update":
