@@ -19,7 +19,7 @@ from pathlib import Path
 import onnx
 from machine import describe, record
 
-from hwmodels import Device, RooflineCost
+from hwmodels import Cluster, Device, RooflineCost
 from runtime import NumpyEngine
 from runtime.validate import validate
 from workloads import Graph, GraphBuilder, build_model, training_graph
@@ -32,8 +32,12 @@ class CatalogCost(RooflineCost):
     """The uncalibrated model of the same cluster: every device the catalog Xeon's share of
     cores (what ``NumpyEngine`` assumes without a calibration), links 10 GB/s and 5 us."""
 
+    def __init__(self, cluster: Cluster) -> None:
+        super().__init__(cluster)
+        self.catalog = NumpyEngine(devices=len(cluster.devices)).cluster().devices[0]
+
     def spec(self, device: str) -> Device:
-        return NumpyEngine(devices=len(self.cluster.devices)).cluster().devices[0]
+        return self.catalog
 
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         return 0.0 if src == dst else 5e-6 + nbytes / 10e9
