@@ -12,7 +12,11 @@ graph, built once per graph and shared by every later simulation of it) and the 
 device codes (once per plan and cluster) are built before timing and their times reported
 in their own column; timings are the best of 2-3 runs.
 
-    python benchmarks/sim_speed.py [--sizes 1000,10000,100000] [--devices 8,64] [--out F]
+The end-to-end table times, once each, what a study of a million-op graph pays: building
+the graph, building the plan, simulating, and the trace as a DataFrame.
+
+    python benchmarks/sim_speed.py [--sizes 1000,10000,100000] [--devices 8,64]
+                                   [--scale 1000000] [--out F]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import numpy as np
 import simpy
 from machine import describe, record
 
@@ -48,9 +53,9 @@ def switch_cluster(n: int) -> Cluster:
 
 
 def block_plan(graph: Graph, cluster: Cluster, width: int) -> Plan:
-    names = cluster.device_names
-    placement = {op.name: names[(int(op.name[1:]) % width) * len(names) // width]
-                 for op in graph}
+    names = cluster.device_names  # op ``n{i}`` is the graph's i-th op (layered_dag)
+    column = (np.arange(len(graph)) % width) * len(names) // width
+    placement = dict(zip(graph.names, map(names.__getitem__, column.tolist()), strict=True))
     return Plan(graph, placement, order_by_priority(graph, placement), policy="blocks")
 
 
@@ -62,6 +67,13 @@ def timed(fn, repeats: int) -> tuple[float, object]:
         value = fn()
         best = min(best, time.perf_counter() - start)
     return best, value
+
+
+def clock(fn, *args, **kwargs) -> tuple[float, object]:
+    """One call's wall time and value."""
+    start = time.perf_counter()
+    value = fn(*args, **kwargs)
+    return time.perf_counter() - start, value
 
 
 def peak_bytes(fn) -> int:
@@ -80,6 +92,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--width", type=int, default=1000,
                         help="layer width (at most a tenth of the ops, so that every graph "
                              "has at least ten layers)")
+    parser.add_argument("--scale", default="1000000",
+                        help="sizes for the end-to-end table (empty: skip it)")
     parser.add_argument("--out", help="also write the markdown table here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -88,7 +102,7 @@ def main(argv: list[str] | None = None) -> str:
         f"{describe()}, simpy {simpy.__version__}",
         f"date: {datetime.date.today().isoformat()}",
         f"command: python benchmarks/sim_speed.py --sizes {args.sizes} "
-        f"--devices {args.devices}", "",
+        f"--devices {args.devices} --scale {args.scale}", "",
         "| ops | devices | transfers | placelab s | placelab ops/s | naive s | naive ops/s "
         "| speedup | peak MiB (placelab) | graph + plan prep s | makespan equal "
         "| fair s (x fcfs) |",
@@ -123,7 +137,36 @@ def main(argv: list[str] | None = None) -> str:
             lines.append(row)
             print(row, flush=True)
     lines += contended(args)
+    if args.scale:
+        lines += at_scale([int(s) for s in args.scale.split(",")], args.width)
     return record(lines, args.out)
+
+
+def at_scale(sizes: list[int], width: int) -> list[str]:
+    """What a study of a large synthetic graph pays end to end: building the graph (ops and
+    validation), building the plan (validation, transfers, the graph's integer arrays),
+    simulating it, and turning its trace into a DataFrame; one run each."""
+    rows = ["", "End to end on large graphs (64 devices, block placement; one run each; "
+            "`build / sim` is graph + plan over simulate):", "",
+            "| ops | build graph s | build plan s | simulate s | trace DataFrame s "
+            "| build / sim |", "|---:|---:|---:|---:|---:|---:|"]
+    print("\n".join(rows), flush=True)
+    cluster = switch_cluster(64)
+    cost = RooflineCost(cluster)
+    small = layered_dag(1000, width=100, seed=0)  # loads pandas outside the timed rows
+    simulate(block_plan(small, cluster, 100), cluster, cost).trace  # noqa: B018
+    for n in sizes:
+        gc.collect()
+        w = max(1, min(width, n // 10))
+        build, graph = clock(layered_dag, n, width=w, seed=0)
+        planning, plan = clock(block_plan, graph, cluster, w)
+        simulating, result = clock(simulate, plan, cluster, cost)
+        framing, _ = clock(getattr, result, "trace")
+        row = (f"| {n:,} | {build:.2f} | {planning:.2f} | {simulating:.2f} | {framing:.2f} "
+               f"| {(build + planning) / simulating:.2f} |")
+        rows.append(row)
+        print(row, flush=True)
+    return rows
 
 
 def contended(args: argparse.Namespace) -> list[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import networkx as nx
 import numpy as np
 
 from hwmodels.spec import Cluster
+from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
@@ -78,10 +80,24 @@ def order_by_priority(graph: Graph, devices: Mapping[str, str],
         index = {name: i for i, name in enumerate(graph.topological_order())}
         ranked = tuple(nx.lexicographical_topological_sort(
             graph.to_networkx(), key=lambda n: (-priority.get(n, 0.0), index[n])))
-    order: dict[str, list[str]] = {}
-    for name in ranked:
-        order.setdefault(devices[name], []).append(name)
-    return {d: tuple(ops) for d, ops in order.items()}
+    return _split_by_device(ranked, devices)
+
+
+def _split_by_device(ranked: Sequence[str],
+                     devices: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """``ranked`` split into one subsequence per device, devices in order of first use
+    (sorted in numpy, not looped over in Python: plans reach a million ops)."""
+    placed = list(map(devices.__getitem__, ranked))
+    used = tuple(dict.fromkeys(placed))
+    if not used:
+        return {}
+    index = {d: i for i, d in enumerate(used)}
+    codes = np.fromiter(map(index.__getitem__, placed), np.int64, len(placed))
+    by_device = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[by_device], np.arange(1, len(used))).tolist()
+    names = np.array(ranked, dtype=object)[by_device]
+    return {d: tuple(part.tolist()) for d, part in zip(used, np.split(names, bounds),
+                                                        strict=True)}
 
 
 class Plan:
@@ -106,28 +122,31 @@ class Plan:
         #: The cluster the plan was made for, by name and definition hash (empty: any
         #: cluster that has the plan's devices).
         self.cluster, self.cluster_hash = cluster, cluster_hash
-        self.placement: dict[str, str] = {op.name: placement.get(op.name, "") for op in graph}
+        names = graph.names
+        self.placement: dict[str, str] = dict(
+            zip(names, map(placement.get, names, itertools.repeat("")), strict=True))
         self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
         self.policy = policy
         self.priority: dict[str, float] = dict(priority or {})
         self.placement_s = placement_s
         self.estimated_makespan_s = estimated_makespan_s
         self.info: dict[str, Any] = dict(info or {})
-        self._check_placed(placement)
-        self._check_groups()
-        self._check_order()
-        self.transfers: tuple[Transfer, ...] = self._derive_transfers()
+        with gc_paused():
+            self._check_placed(placement)
+            self._check_groups()
+            self._check_order()
+            self.transfers: tuple[Transfer, ...] = self._derive_transfers()
 
     # -- validation ---------------------------------------------------------------------
 
     def _check_placed(self, placement: Mapping[str, str]) -> None:
-        for name, device in self.placement.items():
-            if not device:
-                raise PlacementError(f"plan: op {name!r} is placed on no device")
-        extra = [name for name in placement if name not in self.graph]
-        if extra:
-            raise PlacementError(f"plan: op {extra[0]!r} is placed on device "
-                                 f"{placement[extra[0]]!r} but is not in graph "
+        if "" in self.placement.values():
+            name = next(n for n, device in self.placement.items() if not device)
+            raise PlacementError(f"plan: op {name!r} is placed on no device")
+        if len(placement) > len(self.placement):  # every op is placed: the rest are extra
+            extra = next(name for name in placement if name not in self.graph)
+            raise PlacementError(f"plan: op {extra!r} is placed on device "
+                                 f"{placement[extra]!r} but is not in graph "
                                  f"{self.graph.name!r}")
 
     def _check_groups(self) -> None:
@@ -141,6 +160,35 @@ class Plan:
                                      f"{group!r} must share one device, got {shown}")
 
     def _check_order(self) -> None:
+        if self._orders_follow_topology():
+            return  # every op listed once, on its device, in one topological order
+        position = self._check_listed()
+        for edge in self.graph.edges():
+            device = self.placement[edge.dst]
+            if self.placement[edge.src] == device and position[edge.src] > position[edge.dst]:
+                raise PlacementError(
+                    f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
+                    f"producer {edge.src!r}")
+        self._check_deadlock()
+
+    def _orders_follow_topology(self) -> bool:
+        """Whether each device lists exactly its own ops, each once, in increasing order of
+        the graph's topological order: then the orders are consistent and cannot deadlock.
+        Checked with no Python-level loop over ops (plans of a million ops)."""
+        rank = self.graph.arrays.position
+        listed = 0
+        for device, ops in self.order.items():
+            where = list(map(self.placement.get, ops))
+            if where.count(device) != len(ops):
+                return False
+            ranks = list(map(rank.__getitem__, ops))
+            if not all(map(operator.lt, ranks, itertools.islice(ranks, 1, None))):
+                return False
+            listed += len(ops)
+        return listed == len(self.placement)
+
+    def _check_listed(self) -> dict[str, int]:
+        """Every op listed once, on its own device; its position in that device's order."""
         position: dict[str, int] = {}
         for device, ops in self.order.items():
             for i, name in enumerate(ops):
@@ -155,17 +203,11 @@ class Plan:
                     raise PlacementError(f"plan: op {name!r} appears twice in the order of "
                                          f"device {device!r}")
                 position[name] = i
-        for name, device in self.placement.items():
-            if name not in position:
-                raise PlacementError(f"plan: op {name!r} on device {device!r} is missing "
-                                     f"from that device's order")
-        for edge in self.graph.edges():
-            device = self.placement[edge.dst]
-            if self.placement[edge.src] == device and position[edge.src] > position[edge.dst]:
-                raise PlacementError(
-                    f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
-                    f"producer {edge.src!r}")
-        self._check_deadlock()
+        if len(position) < len(self.placement):
+            name = next(n for n in self.placement if n not in position)
+            raise PlacementError(f"plan: op {name!r} on device {self.placement[name]!r} is "
+                                 f"missing from that device's order")
+        return position
 
     def _check_deadlock(self) -> None:
         g = self.graph.to_networkx()
@@ -195,19 +237,27 @@ class Plan:
         return self
 
     def _derive_transfers(self) -> tuple[Transfer, ...]:
-        by_key: dict[tuple[str, str], list[str]] = {}
-        for edge in self.graph.edges():
-            src, dst = self.placement[edge.src], self.placement[edge.dst]
-            if src != dst:
-                by_key.setdefault((edge.tensor.name, dst), []).append(edge.dst)
+        a = self.graph.arrays
+        codes = self.device_codes(self.devices)
+        cross = np.flatnonzero(codes[a.edge_src] != codes[a.edge_dst])
+        if a.names != self.graph.names:  # list edges in graph order, as Graph.edges() does
+            graph_position = np.fromiter(map(self.graph.position, a.names), np.int64,
+                                         len(a.names))
+            cross = cross[np.argsort(graph_position[a.edge_dst[cross]], kind="stable")]
+        dst_ops = a.edge_dst[cross]
+        by_key: dict[tuple[int, int], list[str]] = {}
+        names = a.names
+        for k, code, op in zip(a.edge_tensor[cross].tolist(), codes[dst_ops].tolist(),
+                               dst_ops.tolist(), strict=True):
+            by_key.setdefault((k, code), []).append(names[op])
+        devices, producers = self.devices, a.tensor_producer
         transfers = []
-        for (tensor_name, dst), consumers in by_key.items():
-            tensor = self.graph.tensor(tensor_name)
-            producer = self.graph.producer(tensor_name)
+        for (k, code), consumers in by_key.items():
+            tensor_name, dst, producer = a.tensor_names[k], devices[code], names[producers[k]]
             transfers.append(Transfer(
-                name=f"{tensor_name}->{dst}", tensor=tensor_name, nbytes=tensor.nbytes,
-                src=self.placement[producer], dst=dst, producer=producer,
-                consumers=tuple(consumers)))
+                name=f"{tensor_name}->{dst}", tensor=tensor_name,
+                nbytes=int(a.tensor_bytes[k]), src=self.placement[producer], dst=dst,
+                producer=producer, consumers=tuple(consumers)))
         return tuple(transfers)
 
     # -- queries ------------------------------------------------------------------------
@@ -217,10 +267,17 @@ class Plan:
         (computed once per device tuple)."""
         cache: dict[tuple[str, ...], np.ndarray] = self.__dict__.setdefault("_codes", {})
         if devices not in cache:
-            index = {d: i for i, d in enumerate(devices)}
-            names = self.graph.arrays.names
-            cache[devices] = np.fromiter((index[self.placement[n]] for n in names),
-                                         np.int64, len(names))
+            own = self.devices
+            if own not in cache:
+                index = {d: i for i, d in enumerate(own)}
+                names = self.graph.arrays.names
+                cache[own] = np.fromiter(
+                    map(index.__getitem__, map(self.placement.__getitem__, names)),
+                    np.int64, len(names))
+            if devices != own:
+                where = {d: i for i, d in enumerate(devices)}
+                remap = np.fromiter((where[d] for d in own), np.int64, len(own))
+                cache[devices] = remap[cache[own]]
         return cache[devices]
 
     @property

@@ -28,10 +28,8 @@ Model (documented in the README and tested in ``tests/sim``):
 
 from __future__ import annotations
 
-import gc
 import heapq
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import numpy as np
 import simpy
@@ -45,6 +43,7 @@ from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS, ORDERS
 from sim.result import SimResult, TraceColumns
 from workloads.arrays import GraphArrays
+from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 
 __all__ = ["ORDERS", "simulate"]
@@ -443,20 +442,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
                              f"got {links!r}")
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
-    with _gc_paused():
+    with gc_paused():
         run = _RUNS[(order, links)](plan, cluster, cost)
         run.run()
         return run.result(job)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a run allocates many short-lived objects and no
-    reference cycles, and generation scans would otherwise cost about a fifth of its time."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -7,6 +7,8 @@ the distinct (consumer, tensor) pairs, sorted by consumer.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +17,7 @@ from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 
 if TYPE_CHECKING:
     from workloads.graph import Graph
+    from workloads.op import Op, Tensor
 
 __all__ = ["GraphArrays"]
 
@@ -58,44 +61,69 @@ class GraphArrays:
 
     @classmethod
     def from_graph(cls, graph: Graph) -> GraphArrays:
-        DTYPES = tuple(DTYPE_BYTES)
+        # Built with C-level iteration (map, chain, fromiter): graphs reach a million ops.
         names = graph.topological_order()
-        position = {name: i for i, name in enumerate(names)}
-        ops = [graph.op(name) for name in names]
-        tensor_names, tensor_bytes, tensor_producer, out_offsets = [], [], [], [0]
-        for i, op in enumerate(ops):
-            for t in op.outputs:
-                tensor_names.append(t.name)
-                tensor_bytes.append(t.nbytes)
-                tensor_producer.append(i)
-            out_offsets.append(len(tensor_names))
-        tensor_index = {name: k for k, name in enumerate(tensor_names)}
-        src, dst, tensor = [], [], []
-        for j, op in enumerate(ops):
-            for name in (op.inputs if len(op.inputs) < 2 else dict.fromkeys(op.inputs)):
-                k = tensor_index[name]
-                src.append(tensor_producer[k])
-                dst.append(j)
-                tensor.append(k)
-        workspace = np.fromiter((op.workspace_bytes for op in ops), np.int64, len(ops))
-        tbytes = np.asarray(tensor_bytes, dtype=np.int64)
-        producers = np.asarray(tensor_producer, dtype=np.int64)
+        ops = list(map(graph.ops_by_name().__getitem__, names))
+        outputs = list(map(attrgetter("outputs"), ops))
+        counts = np.fromiter(map(len, outputs), np.int64, len(ops))
+        tensors = list(chain.from_iterable(outputs))
+        tensor_names = tuple(map(attrgetter("name"), tensors))
+        tensor_index = dict(zip(tensor_names, range(len(tensor_names)), strict=True))
+        tbytes = np.fromiter(map(attrgetter("nbytes"), tensors), np.int64, len(tensors))
+        producers = np.repeat(np.arange(len(ops), dtype=np.int64), counts)
+        src, dst, tensor = cls._edges(ops, tensor_index, producers)
         out_bytes = np.zeros(len(ops), dtype=np.int64)
         np.add.at(out_bytes, producers, tbytes)
+        workspace = _column(ops, "workspace_bytes", np.int64)
+        classes = {c: i for i, c in enumerate(OP_CLASSES)}
+        dtypes = {d: i for i, d in enumerate(DTYPE_BYTES)}
         return cls(
-            names=names, position=position, tensor_names=tuple(tensor_names),
-            tensor_index=tensor_index, tensor_bytes=tbytes,
-            tensor_producer=producers,
-            out_offsets=np.asarray(out_offsets, dtype=np.int64),
-            edge_src=np.asarray(src, dtype=np.int64),
-            edge_dst=np.asarray(dst, dtype=np.int64),
-            edge_tensor=np.asarray(tensor, dtype=np.int64),
+            names=names, position=dict(zip(names, range(len(names)), strict=True)),
+            tensor_names=tensor_names, tensor_index=tensor_index,
+            tensor_bytes=tbytes, tensor_producer=producers,
+            out_offsets=np.concatenate(([0], np.cumsum(counts))).astype(np.int64),
+            edge_src=src, edge_dst=dst, edge_tensor=tensor,
             alloc_bytes=out_bytes + workspace, workspace_bytes=workspace,
-            param_bytes=np.fromiter((op.param_bytes for op in ops), np.int64, len(ops)),
-            flops=np.fromiter((op.flops for op in ops), np.float64, len(ops)),
-            moved_bytes=np.fromiter((op.bytes_read + op.bytes_written for op in ops),
-                                    np.float64, len(ops)),
-            op_class=np.fromiter((OP_CLASSES.index(op.op_class) for op in ops), np.int64,
-                                 len(ops)),
-            dtype=np.fromiter((DTYPES.index(op.dtype) for op in ops), np.int64, len(ops)),
+            param_bytes=_column(ops, "param_bytes", np.int64),
+            flops=_column(ops, "flops", np.float64),
+            # Summed as floats: the sum of two int64 counts may pass int64.
+            moved_bytes=(_column(ops, "bytes_read", np.float64)
+                         + _column(ops, "bytes_written", np.float64)),
+            op_class=np.fromiter(map(classes.__getitem__, map(attrgetter("op_class"), ops)),
+                                 np.int64, len(ops)),
+            dtype=_first_output_dtype(tensors, counts, dtypes),
         )
+
+    @staticmethod
+    def _edges(ops: list[Op], tensor_index: dict[str, int],
+               producer: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(producer, consumer, tensor) of every distinct (consumer, tensor) pair."""
+        inputs = list(map(attrgetter("inputs"), ops))
+        per_op = np.fromiter(map(len, inputs), np.int64, len(ops))
+        total = int(per_op.sum())
+        tensor = np.fromiter(map(tensor_index.__getitem__, chain.from_iterable(inputs)),
+                             np.int64, total)
+        dst = np.repeat(np.arange(len(ops), dtype=np.int64), per_op)
+        distinct = np.fromiter(map(len, map(frozenset, inputs)), np.int64, len(ops))
+        if (distinct < per_op).any():  # an op reads one tensor twice: one edge
+            key = dst * max(len(tensor_index), 1) + tensor
+            _, first = np.unique(key, return_index=True)
+            keep = np.sort(first)
+            tensor, dst = tensor[keep], dst[keep]
+        return producer[tensor], dst, tensor
+
+
+def _column(ops: list[Op], field: str, dtype: type) -> np.ndarray:
+    return np.fromiter(map(attrgetter(field), ops), dtype, len(ops))
+
+
+def _first_output_dtype(tensors: list[Tensor], counts: np.ndarray,
+                        codes: dict[str, int]) -> np.ndarray:
+    """Each op's compute dtype (``Op.dtype``: its first output's, fp32 without outputs)."""
+    of_tensor = np.fromiter(map(codes.__getitem__, map(attrgetter("dtype"), tensors)),
+                            np.int64, len(tensors))
+    first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    out = np.full(len(counts), codes["fp32"], dtype=np.int64)
+    has = counts > 0
+    out[has] = of_tensor[first[has]]
+    return out

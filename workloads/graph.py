@@ -7,23 +7,30 @@ device: hardware models turn them into times.
 from __future__ import annotations
 
 import builtins
+import heapq
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import chain, filterfalse, repeat
+from operator import attrgetter
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import networkx as nx
+import numpy as np
 
 from workloads.arrays import GraphArrays
+from workloads.collect import gc_paused
 from workloads.errors import GraphError
 from workloads.op import Op, Tensor
 
 __all__ = ["Edge", "Graph", "Op", "Tensor"]
 
 FORMAT = "placelab.graph"
+
+_name, _inputs, _outputs = attrgetter("name"), attrgetter("inputs"), attrgetter("outputs")
 VERSION = 1
 
 
@@ -51,30 +58,102 @@ class Graph:
     def __init__(self, name: str, ops: Iterable[Op],
                  outputs: Iterable[str] | None = None) -> None:
         self.name = name
-        self._ops: dict[str, Op] = {}
-        self._producer: dict[str, str] = {}
-        self._tensors: dict[str, Tensor] = {}
+        # Built with C-level iteration (map, zip, chain) and checked in bulk; a failed check
+        # walks the ops again to name the first offender. Graphs reach a million ops.
+        with gc_paused():
+            ops = list(ops)
+            self._ops: dict[str, Op] = dict(zip(map(_name, ops), ops, strict=True))
+            tensors = list(chain.from_iterable(map(_outputs, ops)))
+            self._tensors: dict[str, Tensor] = dict(zip(map(_name, tensors), tensors,
+                                                        strict=True))
+            if len(self._ops) < len(ops) or len(self._tensors) < len(tensors):
+                self._raise_duplicate(ops)
+            self._producer: dict[str, str] = dict(zip(
+                self._tensors, chain.from_iterable(
+                    repeat(op.name, len(op.outputs)) for op in ops), strict=True))
+            self._index = dict(zip(self._ops, range(len(ops)), strict=True))
+            self._outputs = self._check_outputs(outputs)
+            self._topo: tuple[str, ...] = self._topological_sort()
+
+    def _raise_duplicate(self, ops: list[Op]) -> None:
+        names: set[str] = set()
+        producer: dict[str, str] = {}
         for op in ops:
-            self._add(op)
-        self._consumers: dict[str, list[str]] = {t: [] for t in self._tensors}
-        for op in self._ops.values():
-            for tensor in op.inputs:
-                if tensor not in self._producer:
+            if op.name in names:
+                raise GraphError(f"graph {self.name!r}: duplicate op name {op.name!r}")
+            names.add(op.name)
+            for tensor in op.outputs:
+                if tensor.name in producer:
                     raise GraphError(
-                        f"op {op.name!r}: input tensor {tensor!r} is produced by no op"
-                    )
-                if op.name not in self._consumers[tensor]:
-                    self._consumers[tensor].append(op.name)
-        self._outputs = self._check_outputs(outputs)
-        self._nx = self._build_nx()
-        self._check_acyclic()
-        self._topo: tuple[str, ...] = tuple(
-            nx.lexicographical_topological_sort(self._nx, key=self._index.__getitem__)
-        )
+                        f"op {op.name!r}: output tensor name {tensor.name!r} is already "
+                        f"produced by op {producer[tensor.name]!r}")
+                producer[tensor.name] = op.name
+
+    def _producer_ranks(self) -> tuple[np.ndarray, np.ndarray]:
+        """For every input read (in graph order): the reader's index and the producer's."""
+        inputs = list(map(_inputs, self._ops.values()))
+        producers = list(map(self._producer.get, chain.from_iterable(inputs)))
+        if None in producers:
+            for op in self._ops.values():
+                for tensor in op.inputs:
+                    if tensor not in self._producer:
+                        raise GraphError(f"op {op.name!r}: input tensor {tensor!r} is "
+                                         f"produced by no op")
+        readers = np.repeat(np.arange(len(inputs), dtype=np.int64),
+                            np.fromiter(map(len, inputs), np.int64, len(inputs)))
+        known = cast(list[str], producers)  # no None left: checked above
+        return readers, np.fromiter(map(self._index.__getitem__, known), np.int64, len(known))
+
+    @cached_property
+    def _consumers(self) -> dict[str, list[str]]:
+        consumers: dict[str, list[str]] = {t: [] for t in self._tensors}
+        for op in self._ops.values():
+            for tensor in dict.fromkeys(op.inputs):
+                consumers[tensor].append(op.name)
+        return consumers
+
+    @cached_property
+    def _preds(self) -> dict[str, tuple[str, ...]]:
+        """Op -> the ops it reads from, first read first."""
+        producer = self._producer
+        return {op.name: tuple(dict.fromkeys(map(producer.__getitem__, op.inputs)))
+                for op in self._ops.values()}
+
+    @cached_property
+    def _succs(self) -> dict[str, list[str]]:
+        """Op -> the ops reading from it, in graph order."""
+        succs: dict[str, list[str]] = {name: [] for name in self._ops}
+        for name, preds in self._preds.items():
+            for pred in preds:
+                succs[pred].append(name)
+        return succs
+
+    def _topological_sort(self) -> tuple[str, ...]:
+        """Kahn's algorithm taking the earliest op (graph order) among the ready ones; when
+        the graph order is already topological (the usual case) it is the answer as is."""
+        readers, producers = self._producer_ranks()
+        if (producers < readers).all():
+            return self.names
+        index = self._index
+        waiting = {name: len(preds) for name, preds in self._preds.items()}
+        ready = [i for i, n in enumerate(waiting.values()) if n == 0]
+        names, order = self.names, []
+        heapq.heapify(ready)
+        while ready:
+            name = names[heapq.heappop(ready)]
+            order.append(name)
+            for succ in self._succs[name]:
+                waiting[succ] -= 1
+                if waiting[succ] == 0:
+                    heapq.heappush(ready, index[succ])
+        if len(order) < len(names):
+            self._raise_cycle()
+        return tuple(order)
 
     def _check_outputs(self, outputs: Iterable[str] | None) -> tuple[str, ...]:
         if outputs is None:
-            return tuple(t for t, readers in self._consumers.items() if not readers)
+            read = set(chain.from_iterable(map(_inputs, self._ops.values())))
+            return tuple(filterfalse(read.__contains__, self._tensors))
         names = tuple(dict.fromkeys(outputs))
         for name in names:
             if name not in self._tensors:
@@ -87,21 +166,9 @@ class Graph:
         """The tensors the graph computes for its user (default: those no op reads)."""
         return self._outputs
 
-    def _add(self, op: Op) -> None:
-        if op.name in self._ops:
-            raise GraphError(f"graph {self.name!r}: duplicate op name {op.name!r}")
-        self._ops[op.name] = op
-        for tensor in op.outputs:
-            if tensor.name in self._tensors:
-                raise GraphError(
-                    f"op {op.name!r}: output tensor name {tensor.name!r} is already "
-                    f"produced by op {self._producer[tensor.name]!r}"
-                )
-            self._tensors[tensor.name] = tensor
-            self._producer[tensor.name] = op.name
-
-    def _build_nx(self) -> nx.DiGraph:
-        self._index = {name: i for i, name in enumerate(self._ops)}
+    @cached_property
+    def _nx(self) -> nx.DiGraph:
+        """The op DAG as networkx holds it, built on first use (algorithms, export)."""
         g = nx.DiGraph(name=self.name)
         g.add_nodes_from(self._ops)
         for edge in self.edges():
@@ -114,9 +181,7 @@ class Graph:
                            bytes=edge.tensor.nbytes)
         return g
 
-    def _check_acyclic(self) -> None:
-        if nx.is_directed_acyclic_graph(self._nx):
-            return
+    def _raise_cycle(self) -> None:
         cycle = [u for u, _ in nx.find_cycle(self._nx)]
         raise GraphError(
             f"graph {self.name!r}: ops must form a DAG, got a cycle through "
@@ -128,6 +193,15 @@ class Graph:
     @property
     def ops(self) -> tuple[Op, ...]:
         return tuple(self._ops.values())
+
+    def ops_by_name(self) -> Mapping[str, Op]:
+        """Op name -> op, in graph order (a read-only view)."""
+        return MappingProxyType(self._ops)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        """Op names in graph order."""
+        return tuple(self._ops)
 
     def __len__(self) -> int:
         return len(self._ops)
@@ -183,10 +257,19 @@ class Graph:
                     yield Edge(self._producer[name], op.name, self._tensors[name])
 
     def predecessors(self, name: str) -> tuple[str, ...]:
-        return tuple(sorted(self._nx.predecessors(name), key=self._index.__getitem__))
+        """Names of the ops ``name`` reads from, in graph order."""
+        return tuple(sorted(self._preds[self.op(name).name], key=self._index.__getitem__))
 
     def successors(self, name: str) -> tuple[str, ...]:
-        return tuple(sorted(self._nx.successors(name), key=self._index.__getitem__))
+        """Names of the ops that read from ``name``, in graph order."""
+        return tuple(self._succs[self.op(name).name])
+
+    def position(self, name: str) -> int:
+        """Where op ``name`` stands in the graph's own op order (0 for the first)."""
+        try:
+            return self._index[name]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r}: no op named {name!r}") from None
 
     def topological_order(self) -> tuple[str, ...]:
         """Op names in a dependency-respecting order; ties keep the graph's op order."""
@@ -195,7 +278,8 @@ class Graph:
     @cached_property
     def arrays(self) -> GraphArrays:
         """The graph as integer arrays (ops in topological order), built on first use."""
-        return GraphArrays.from_graph(self)
+        with gc_paused():
+            return GraphArrays.from_graph(self)
 
     def to_networkx(self) -> nx.DiGraph:
         """A copy of the op DAG; edges carry ``tensors`` (names) and ``bytes``."""
@@ -240,6 +324,9 @@ class Graph:
         ('fc2.weights', 'fc2', 'fc2.update')
         """
         out: dict[str, list[str]] = {}
+        flagged = [op.name for op in self._ops.values() if op.attrs and "colocate" in op.attrs]
+        if not flagged:
+            return {}
         for name in self._topo:
             group = self._ops[name].attrs.get("colocate")
             if group is not None:

@@ -7,7 +7,7 @@ device: hardware models turn them into times.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,17 +39,16 @@ class Tensor:
     dtype: str = "fp32"
     nbytes: int = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "shape", tuple(self.shape))
-        if any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in self.shape):
-            raise GraphError(
-                f"tensor {self.name!r}: shape must be positive integers, got {self.shape}"
-            )
-        nbytes = math.prod(self.shape) * dtype_bytes(self.dtype)
+    def __init__(self, name: str, shape: Iterable[int], dtype: str = "fp32") -> None:
+        shape = shape if type(shape) is tuple else tuple(shape)
+        if not all(type(d) is int and d > 0 for d in shape):
+            raise GraphError(f"tensor {name!r}: shape must be positive integers, got {shape}")
+        nbytes = math.prod(shape) * dtype_bytes(dtype)
         if nbytes > INT64_MAX:
-            raise GraphError(f"tensor {self.name!r}: size must fit in an int64 of bytes, got "
-                             f"shape {self.shape} ({nbytes} bytes)")
-        object.__setattr__(self, "nbytes", nbytes)
+            raise GraphError(f"tensor {name!r}: size must fit in an int64 of bytes, got "
+                             f"shape {shape} ({nbytes} bytes)")
+        # One write of the instance dict, as in Op: graphs hold a million tensors.
+        self.__dict__.update(name=name, shape=shape, dtype=dtype, nbytes=nbytes)
 
     @property
     def numel(self) -> int:
@@ -98,10 +97,22 @@ class Op:
 
     __hash__ = None  # type: ignore[assignment]  # attrs is a dict: ops are not hashable
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(self.inputs))
-        object.__setattr__(self, "outputs", tuple(self.outputs))
-        object.__setattr__(self, "attrs", _freeze(dict(self.attrs)))
+    def __init__(self, name: str, kind: str, op_class: str, inputs: Iterable[str] = (),
+                 outputs: Iterable[Tensor] = (), attrs: Mapping[str, Any] | None = None,
+                 flops: int = 0, bytes_read: int = 0, bytes_written: int = 0, params: int = 0,
+                 param_bytes: int = 0, workspace_bytes: int = 0) -> None:
+        # One write of the instance dict instead of twelve frozen-dataclass setattr calls:
+        # building ops is most of the time it takes to build a large graph.
+        self.__dict__.update(
+            name=name, kind=kind, op_class=op_class,
+            inputs=inputs if type(inputs) is tuple else tuple(inputs),
+            outputs=outputs if type(outputs) is tuple else tuple(outputs),
+            attrs=_freeze(dict(attrs)) if attrs else {}, flops=flops, bytes_read=bytes_read,
+            bytes_written=bytes_written, params=params, param_bytes=param_bytes,
+            workspace_bytes=workspace_bytes)
+        self._validate()
+
+    def _validate(self) -> None:
         if not self.name:
             raise GraphError("op: name must be a non-empty string, got ''")
         if self.kind not in OP_KINDS:
@@ -112,6 +123,12 @@ class Op:
                 f"op {self.name!r}: op_class must be one of {', '.join(OP_CLASSES)}, "
                 f"got {self.op_class!r}"
             )
+        costs = (self.flops, self.bytes_read, self.bytes_written, self.params,
+                 self.param_bytes, self.workspace_bytes)
+        if not all(type(v) is int and 0 <= v <= INT64_MAX for v in costs):
+            self._check_costs()
+
+    def _check_costs(self) -> None:
         for name in _COST_FIELDS:
             value = getattr(self, name)
             if (not isinstance(value, int | float) or isinstance(value, bool)

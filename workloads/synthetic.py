@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.collect import gc_paused
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
 
@@ -26,15 +27,17 @@ def layered_dag(n_ops: int, *, width: int = 1000, window: int = 8, seed: int | N
     elements = 64 * 1024 // 4
     shifts = rng.integers(1, window, size=n_ops, endpoint=True).tolist()
     all_flops = rng.integers(10**6, 10**9, size=n_ops, endpoint=True).tolist()
+    names = [f"n{i}" for i in range(n_ops)]
+    shape = (elements,)
     ops = []
-    for i in range(n_ops):
-        layer, j = divmod(i, width)
-        inputs: tuple[str, ...] = ()
-        if layer:
-            other = (j + shifts[i]) % width
-            inputs = tuple(dict.fromkeys((f"n{i - width}", f"n{i - j - width + other}")))
-        flops = all_flops[i]
-        ops.append(Op(f"n{i}", "synthetic", "matmul", inputs=inputs,
-                      outputs=(Tensor(f"n{i}", (elements,), dtype),), flops=flops,
-                      bytes_read=len(inputs) * 4 * elements, bytes_written=4 * elements))
+    with gc_paused():
+        for i, name in enumerate(names):
+            layer, j = divmod(i, width)
+            inputs: tuple[str, ...] = ()
+            if layer:
+                first, second = names[i - width], names[i - j - width + (j + shifts[i]) % width]
+                inputs = (first,) if first == second else (first, second)
+            ops.append(Op(name, "synthetic", "matmul", inputs=inputs,
+                          outputs=(Tensor(name, shape, dtype),), flops=all_flops[i],
+                          bytes_read=len(inputs) * 4 * elements, bytes_written=4 * elements))
     return Graph(f"layered{n_ops}", ops)

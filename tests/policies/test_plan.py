@@ -122,3 +122,74 @@ def test_policies_place_random_dags_validly(n_dev: int, n_ops: int, rnd) -> None
     for name in POLICIES.names():
         p = plan(g, c, name, RooflineCost(c))
         assert set(p.placement) == {o.name for o in g}
+
+
+@st.composite
+def placed_dags(draw: st.DrawFn) -> tuple[Graph, dict[str, str], dict[str, list[str]]]:
+    """A random DAG (ops listed in or out of topological order), a random placement on up
+    to three devices and per-device orders drawn from a random topological order."""
+    import networkx as nx
+
+    n = draw(st.integers(1, 16))
+    ops = [op(f"o{i}", tuple(dict.fromkeys(
+        draw(st.lists(st.sampled_from([f"o{j}" for j in range(i)]), max_size=3)) if i else [])))
+           for i in range(n)]
+    g = Graph("r", reversed(ops) if draw(st.booleans()) else ops)
+    placement = {o.name: f"d{draw(st.integers(0, 2))}" for o in g}
+    keys = {o.name: draw(st.integers(0, 5)) for o in g}
+    ranked = nx.lexicographical_topological_sort(g.to_networkx(), key=keys.__getitem__)
+    order: dict[str, list[str]] = {}
+    for name in ranked:
+        order.setdefault(placement[name], []).append(name)
+    return g, placement, order
+
+
+@settings(max_examples=80, deadline=None)
+@given(placed_dags())
+def test_transfers_match_a_derivation_from_the_edges(case) -> None:  # type: ignore[no-untyped-def]
+    g, placement, order = case
+    expected: dict[tuple[str, str], list[str]] = {}
+    for edge in g.edges():
+        if placement[edge.src] != placement[edge.dst]:
+            expected.setdefault((edge.tensor.name, placement[edge.dst]), []).append(edge.dst)
+    p = Plan(g, placement, order)
+    assert [(t.tensor, t.dst, list(t.consumers)) for t in p.transfers] == [
+        (tensor, dst, consumers) for (tensor, dst), consumers in expected.items()]
+    assert all(t.src == placement[t.producer] for t in p.transfers)
+
+
+@settings(max_examples=80, deadline=None)
+@given(placed_dags(), st.randoms(use_true_random=False))
+def test_orders_are_accepted_exactly_when_they_cannot_deadlock(case, rnd) -> None:  # type: ignore[no-untyped-def]
+    import itertools
+
+    import networkx as nx
+
+    g, placement, order = case
+    for ops in order.values():  # shuffle one device's order: it may now wait on a cycle
+        if len(ops) > 1 and rnd.random() < 0.5:
+            rnd.shuffle(ops)
+    union = g.to_networkx()
+    for ops in order.values():
+        union.add_edges_from(itertools.pairwise(ops))
+    if nx.is_directed_acyclic_graph(union):
+        Plan(g, placement, order)
+    else:
+        with pytest.raises(PlacementError, match=r"ordered before its producer|deadlock"):
+            Plan(g, placement, order)
+
+
+def test_orders_that_list_an_op_wrongly_are_named() -> None:
+    g = chain(2)
+    with pytest.raises(PlacementError, match="op 'op1' is placed on device 'd1' but ordered "
+                                             "on device 'd0'"):
+        Plan(g, {"op0": "d0", "op1": "d1"}, {"d0": ["op0", "op1"], "d1": ["op1"]})
+    with pytest.raises(PlacementError, match="op 'op0' appears twice in the order of device "
+                                             "'d0'"):
+        Plan(g, {"op0": "d0", "op1": "d0"}, {"d0": ["op0", "op0", "op1"]})
+    with pytest.raises(PlacementError, match="device 'd0' orders op 'ghost', which is not in "
+                                             "graph 'chain'"):
+        Plan(g, {"op0": "d0", "op1": "d0"}, {"d0": ["op0", "op1", "ghost"]})
+    with pytest.raises(PlacementError, match="op 'ghost' is placed on device 'd1' but is not "
+                                             "in graph 'chain'"):
+        Plan(g, {"op0": "d0", "op1": "d0", "ghost": "d1"}, {"d0": ["op0", "op1"]})

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workloads import Graph, GraphError, Op, Tensor
+from workloads.dtypes import DTYPE_BYTES
 
 
 @st.composite
@@ -99,3 +100,68 @@ def test_graph_arrays_are_read_only() -> None:
         with pytest.raises(ValueError, match="read-only"):
             getattr(arrays, name)[0] = 0
     assert isinstance(arrays.flops, np.ndarray)
+
+
+@st.composite
+def dags_with_repeated_reads(draw: st.DrawFn) -> Graph:
+    """Random DAGs whose ops may read one tensor twice and produce several tensors."""
+    n = draw(st.integers(1, 20))
+    ops, tensors = [], []
+    for i in range(n):
+        reads = draw(st.lists(st.sampled_from(tensors), max_size=4)) if tensors else []
+        outs = tuple(Tensor(f"t{i}.{k}", (draw(st.integers(1, 9)),),
+                            draw(st.sampled_from(["fp32", "bf16"])))
+                     for k in range(draw(st.integers(0, 2))))
+        tensors += [t.name for t in outs]
+        ops.append(Op(f"n{i}", "relu", "elementwise", inputs=tuple(reads), outputs=outs,
+                      flops=draw(st.integers(0, 10**6)), workspace_bytes=draw(st.integers(0, 9))))
+    return Graph("reads", reversed(ops) if draw(st.booleans()) else ops)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags_with_repeated_reads())
+def test_adjacency_matches_a_networkx_reference(g: Graph) -> None:
+    import networkx as nx
+
+    ref = nx.DiGraph()
+    ref.add_nodes_from(op.name for op in g)
+    for op in g:
+        for tensor in op.inputs:
+            ref.add_edge(next(o.name for o in g if tensor in [t.name for t in o.outputs]),
+                         op.name)
+    index = {op.name: i for i, op in enumerate(g)}
+    for op in g:
+        assert g.predecessors(op.name) == tuple(sorted(ref.predecessors(op.name),
+                                                       key=index.__getitem__))
+        assert g.successors(op.name) == tuple(sorted(ref.successors(op.name),
+                                                     key=index.__getitem__))
+    assert g.topological_order() == tuple(
+        nx.lexicographical_topological_sort(ref, key=index.__getitem__))
+    read = {t for op in g for t in op.inputs}
+    assert g.outputs == tuple(t.name for op in g for t in op.outputs if t.name not in read)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dags_with_repeated_reads())
+def test_arrays_match_the_ops_they_flatten(g: Graph) -> None:
+    a = g.arrays
+    ops = [g.op(name) for name in a.names]
+    assert a.names == g.topological_order()
+    assert a.tensor_names == tuple(t.name for op in ops for t in op.outputs)
+    edges = [(a.position[g.producer(t)], j, a.tensor_index[t])
+             for j, op in enumerate(ops) for t in dict.fromkeys(op.inputs)]
+    assert list(zip(a.edge_src.tolist(), a.edge_dst.tolist(), a.edge_tensor.tolist(),
+                    strict=True)) == edges
+    assert a.flops.tolist() == [float(op.flops) for op in ops]
+    assert a.alloc_bytes.tolist() == [sum(t.nbytes for t in op.outputs) + op.workspace_bytes
+                                      for op in ops]
+    assert [op.outputs[0].dtype if op.outputs else "fp32" for op in ops] == [
+        list(DTYPE_BYTES)[k] for k in a.dtype.tolist()]
+
+
+def test_duplicate_output_tensors_are_named() -> None:
+    x = Op("x", "input", "source", outputs=(Tensor("t", (1,)),))
+    y = Op("y", "input", "source", outputs=(Tensor("t", (1,)),))
+    with pytest.raises(GraphError, match="op 'y': output tensor name 't' is already produced "
+                                         "by op 'x'"):
+        Graph("g", [x, y])
