@@ -16,6 +16,7 @@ transfer starts; the rest of a run (compute, memory, trace) is shared.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from typing import Any
 
@@ -54,7 +55,12 @@ class NoContention:
 
 
 class FairSharing:
-    """Max-min fair bandwidth sharing among the flows active on each link channel."""
+    """Max-min fair bandwidth sharing among the flows active on each link channel.
+
+    Incremental: a flow that starts or ends changes the rates of its component only (the
+    flows linked to it through shared channels, transitively); every other flow keeps its
+    rate and its foreseen end. A flow's bytes left are settled only when its rate changes.
+    """
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)  # type: ignore[call-arg]
@@ -78,11 +84,13 @@ class FairSharing:
             self.f_volume.append(max(s.t_duration[k] - latency, 0.0) * bottleneck)
         self.free_engines = [list(range(len(e) - 1, -1, -1)) for e in s.copy_free]
         self.waiting: list[deque[int]] = [deque() for _ in s.copy_free]
-        self.remaining: dict[int, float] = {}
+        self.flows_on: dict[str, dict[int, None]] = {c: {} for c in self.channel_capacity}
+        self.remaining: dict[int, float] = {}  # bytes left at ``settled[k]``
+        self.settled: dict[int, float] = {}
         self.rate: dict[int, float] = {}
-        self.last = 0.0
-        self.generation = 0
-        self.due: list[int] = []
+        self.ends: list[tuple[float, int, int]] = []  # (foreseen end, flow, version)
+        self.version: dict[int, int] = {}
+        self.next_tick = float("inf")
         self._on_flowing = self._flowing
         self._on_tick = self._tick
 
@@ -106,32 +114,38 @@ class FairSharing:
         if self.f_volume[k] <= 0.0:
             self._complete(k)
             return
-        self._advance()
-        self.remaining[k] = self.f_volume[k]
-        self._reschedule()
+        self.remaining[k], self.settled[k], self.rate[k] = self.f_volume[k], self.env._now, 0.0
+        for channel in self.t_channels[k]:
+            self.flows_on[channel][k] = None
+        self._reshare(self._component(self.t_channels[k]))
 
     # -- bandwidth ----------------------------------------------------------------------------
 
-    def _advance(self: Any) -> None:
-        """Move every active flow forward to now at its current rate."""
-        now = self.env._now
-        elapsed = now - self.last
-        if elapsed > 0.0:
-            for k, rate in self.rate.items():
-                self.remaining[k] -= rate * elapsed
-        self.last = now
+    def _component(self: Any, channels: tuple[str, ...]) -> list[int]:
+        """The active flows linked to ``channels`` through shared channels, transitively."""
+        seen_channels = set(channels)
+        stack, flows = list(channels), {}
+        while stack:
+            for k in self.flows_on[stack.pop()]:
+                if k not in flows:
+                    flows[k] = None
+                    for c in self.t_channels[k]:
+                        if c not in seen_channels:
+                            seen_channels.add(c)
+                            stack.append(c)
+        return list(flows)
 
-    def _share(self: Any) -> None:
-        """Progressive filling: the channel with the smallest fair share fixes the rate of
-        its flows; remove them and repeat."""
-        left = dict(self.channel_capacity)
+    def _share(self: Any, flows: list[int]) -> dict[int, float]:
+        """Progressive filling over one component: the channel with the smallest fair share
+        fixes the rate of its flows; remove them and repeat."""
         users: dict[str, list[int]] = {}
-        for k in self.remaining:
+        for k in flows:
             for channel in self.t_channels[k]:
                 users.setdefault(channel, []).append(k)
+        left = {c: self.channel_capacity[c] for c in users}
         count = {c: len(u) for c, u in users.items()}
         rate: dict[int, float] = {}
-        while len(rate) < len(self.remaining):
+        while len(rate) < len(flows):
             channel = min((c for c in count if count[c]), key=lambda c: left[c] / count[c])
             share = left[channel] / count[channel]
             for k in users[channel]:
@@ -141,30 +155,49 @@ class FairSharing:
                 for c in self.t_channels[k]:
                     left[c] -= share
                     count[c] -= 1
-        self.rate = rate
+        return rate
 
-    def _reschedule(self: Any) -> None:
-        self._share()
-        self.generation += 1
-        if self.rate:
-            left = {k: max(self.remaining[k], 0.0) / r for k, r in self.rate.items()}
-            soonest = min(left.values())
-            # The flows due then are completed then, by name: waiting for a remainder that
-            # rounding left would stall time (a tick too small to move the clock).
-            self.due = [k for k, t in left.items() if t <= soonest * (1 + 1e-9) + 1e-15]
-            _event(self, soonest, self.generation, self._on_tick)
+    def _reshare(self: Any, flows: list[int]) -> None:
+        """Settle the component's flows at their old rates, give them new ones, foresee
+        their ends."""
+        if not flows:
+            return
+        now = self.env._now
+        remaining, settled, rate, version = self.remaining, self.settled, self.rate, self.version
+        for k, new in self._share(flows).items():
+            remaining[k] -= rate[k] * (now - settled[k])
+            settled[k], rate[k] = now, new
+            version[k] = version.get(k, 0) + 1
+            heapq.heappush(self.ends, (now + max(remaining[k], 0.0) / new, k, version[k]))
+        self._schedule_tick()
+
+    def _schedule_tick(self: Any) -> None:
+        ends, version = self.ends, self.version
+        while ends and ends[0][2] != version.get(ends[0][1]):
+            heapq.heappop(ends)  # foreseen under a rate that has changed since
+        if ends and (ends[0][0] < self.next_tick or self.next_tick <= self.env._now):
+            self.next_tick = ends[0][0]
+            _event(self, self.next_tick - self.env._now, None, self._on_tick)
 
     def _tick(self: Any, event: Any) -> None:
-        if event._value != self.generation:
-            return  # rates changed since this completion was foreseen
-        self._advance()
-        done = list(dict.fromkeys([*self.due, *(
-            k for k in self.remaining if self.remaining[k] <= 1e-9 * self.f_volume[k])]))
+        now, ends, version = self.env._now, self.ends, self.version
+        # The flows foreseen to end by now end now, by name: waiting for a remainder that
+        # rounding left would stall time (a tick too small to move the clock).
+        done: list[int] = []
+        while ends and ends[0][0] <= now * (1 + 1e-9) + 1e-15:
+            _, k, v = heapq.heappop(ends)
+            if v == version.get(k):
+                done.append(k)
+        channels: dict[str, None] = {}
         for k in done:
-            del self.remaining[k]
+            del self.remaining[k], self.settled[k], self.rate[k], version[k]
+            for channel in self.t_channels[k]:
+                del self.flows_on[channel][k]
+                channels[channel] = None
         for k in done:
             self._complete(k)
-        self._reschedule()
+        self._reshare(self._component(tuple(channels)))
+        self._schedule_tick()
 
     def _complete(self: Any, k: int) -> None:
         self.t_end[k] = self.env._now

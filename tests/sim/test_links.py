@@ -124,3 +124,20 @@ def test_an_unknown_link_model_is_named() -> None:
     with pytest.raises(PlacementError, match=r"simulate: links must be one of fcfs, fair, "
                                              r"none, got 'maxmin'"):
         run(graph, placement, pair(), "maxmin")
+
+
+def test_flows_in_separate_components_keep_their_rates() -> None:
+    # d0->d1 carries two flows, d2->d3 one: a flow starting or ending on one pair must not
+    # change the other's time (rates are recomputed per component of shared channels).
+    devices = tuple(device(f"d{i}") for i in range(4))
+    cluster = Cluster("two-pairs", devices, (Link("d0", "d1", W, 0.0), Link("d2", "d3", W, 0.0),
+                                             Link("d1", "d2", W, 0.0)))
+    ops = [op("a", nbytes=100 * MB), op("b", nbytes=50 * MB), op("c", nbytes=100 * MB),
+           op("ra", ("a",)), op("rb", ("b",)), op("rc", ("c",))]
+    placement = {"a": "d0", "b": "d0", "c": "d2", "ra": "d1", "rb": "d1", "rc": "d3"}
+    result = run(Graph("pairs", ops), placement, cluster, "fair")
+    trace = result.trace.set_index("name")
+    # On d0->d1: b ends at 100 MB / (W/2) = 0.1 s, then a alone: 0.1 + 50 MB / W = 0.15 s.
+    assert trace.loc["b->d1", "end_s"] == pytest.approx(0.1)
+    assert trace.loc["a->d1", "end_s"] == pytest.approx(0.15)
+    assert trace.loc["c->d3", "end_s"] == pytest.approx(0.1)
