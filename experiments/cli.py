@@ -27,6 +27,7 @@ from experiments.commands import (
     cmd_simulate,
 )
 from experiments.measure import cmd_calibrate, cmd_validate
+from experiments.sweepcmd import add_sweep_command
 from sim.options import LINK_MODELS, ORDERS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
@@ -178,6 +179,10 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--cluster", required=True, help="cluster name(s), comma-separated")
     p.add_argument("--policies", default="all", help="comma-separated names, or all")
     p.add_argument("--cost", default="roofline")
+    p.add_argument("--links", choices=LINK_MODELS, default="fcfs",
+                   help="how transfers share links (default: fcfs)")
+    p.add_argument("--workers", type=_positive_int, default=1,
+                   help="local worker processes for the cells (default: 1, this process)")
     _add_workload(p, seq_len=False)
     p.add_argument("--out", help="results table (.parquet, or .csv)")
     p.add_argument("--plot", help="bar chart (.png or .svg)")
@@ -211,6 +216,8 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--plot", help="predicted vs measured (.png or .svg)")
     _add_json(p)
     p.set_defaults(func=cmd_validate)
+
+    add_sweep_command(sub)
 
     p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
     p.add_argument("--out", default="placelab-demo", help="output folder")

@@ -304,7 +304,8 @@ def cmd_compare(args: argparse.Namespace) -> None:
         args.policies, "policies", split_policies(args.policies))
     df = compare(split(args.model, "model"), split(args.cluster, "cluster"), policies,
                  batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
-                 colocate=args.colocate, passes=split(args.passes, "passes") if args.passes else ())
+                 colocate=args.colocate, passes=split(args.passes, "passes") if args.passes else (),
+                 links=args.links, workers=args.workers)
     if args.out:
         write_results(df, args.out)
     if args.plot:

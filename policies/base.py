@@ -20,7 +20,8 @@ from workloads.graph import Graph
 from workloads.registry import Registry
 
 __all__ = ["POLICIES", "PlacementPolicy", "Seed", "check_number", "check_seed", "make_policy",
-           "make_rng", "plan", "register_policy", "seed_int", "check_cost_binding",
+           "make_rng", "plan", "policy_parameters", "register_policy", "seed_int",
+           "check_cost_binding",
            "split_policies"]
 
 
@@ -128,6 +129,18 @@ def register_policy(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
     return cls
 
 
+def policy_parameters(name: str) -> dict[str, Any]:
+    """The parameters policy ``name`` takes (its constructor's keyword arguments) and their
+    defaults; each constructor checks the values it is given.
+
+    >>> policy_parameters("optimal")
+    {'node_limit': 20000, 'max_ops': 30, 'time_limit_s': None}
+    """
+    cls = POLICIES.get(name)
+    return {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
+            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
 def make_policy(spec: str) -> PlacementPolicy:
     """A registered policy from ``name`` or ``name:key=value,key=value`` (its constructor's
     parameters, each value read as the type of the parameter's default).
@@ -141,8 +154,7 @@ def make_policy(spec: str) -> PlacementPolicy:
     cls = POLICIES.get(name)
     if not given:
         return cls()
-    params = {p.name: p for p in inspect.signature(cls.__init__).parameters.values()
-              if p.name != "self"}
+    params = policy_parameters(name)
     kwargs: dict[str, Any] = {}
     for item in given.split(","):
         key, eq, text = item.partition("=")
@@ -150,7 +162,7 @@ def make_policy(spec: str) -> PlacementPolicy:
         if not eq or key not in params:
             raise PlacementError(f"policy {name!r}: expected parameters key=value with keys "
                                  f"among {', '.join(params) or 'none'}, got {item!r}")
-        kwargs[key] = _parse_value(name, key, text.strip(), params[key].default)
+        kwargs[key] = _parse_value(name, key, text.strip(), params[key])
     return cls(**kwargs)
 
 

@@ -124,7 +124,7 @@ class FairSharing:
     def _component(self: Any, channels: tuple[str, ...]) -> list[int]:
         """The active flows linked to ``channels`` through shared channels, transitively."""
         seen_channels = set(channels)
-        stack, flows = list(channels), {}
+        stack, flows = list(channels), dict[int, None]()
         while stack:
             for k in self.flows_on[stack.pop()]:
                 if k not in flows:
