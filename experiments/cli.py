@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list models, devices, clusters or policies")
     p.add_argument("what", choices=("models", "devices", "clusters", "policies"))
+    p.add_argument("--params", action="store_true",
+                   help="with policies: each policy's parameters, defaults and valid values")
     _add_json(p)
     p.set_defaults(func=cmd_list)
 

@@ -94,7 +94,28 @@ def cmd_list(args: argparse.Namespace) -> None:
         "policies": POLICIES.names,
     }
     items = listing[args.what]()
+    if args.what == "policies" and args.params:
+        emit(args, {"policies": items, "params": _policy_params(items)},
+             "\n".join(_policy_lines(items)))
+        return
     emit(args, {args.what: items}, "\n".join(items))
+
+
+def _policy_params(names: list[str]) -> dict[str, list[dict[str, Any]]]:
+    from policies.base import policy_parameters
+
+    return {name: [{"name": p.name, "kind": p.kind, "default": p.default,
+                    "valid": p.describe(), "doc": p.doc}
+                   for p in policy_parameters(name).values()] for name in names}
+
+
+def _policy_lines(names: list[str]) -> list[str]:
+    lines = []
+    for name, params in _policy_params(names).items():
+        lines.append(name)
+        lines += [f"  {p['name']} = {p['default']!r}: {p['valid']}"
+                  + (f" ({p['doc']})" if p["doc"] else "") for p in params]
+    return lines
 
 
 def load_graph(args: argparse.Namespace) -> Graph:

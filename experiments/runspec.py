@@ -23,13 +23,13 @@ from typing import Any
 from hwmodels.spec import Cluster
 from workloads.errors import PlacelabError
 
-__all__ = ["RESULT_COLUMNS", "RunSpec", "WALL_COLUMNS", "provenance", "run_one"]
+__all__ = ["RESULT_COLUMNS", "RunSpec", "WALL_COLUMNS", "blank_row", "provenance", "run_one"]
 
 #: Columns of every results row, in order. Wall-clock columns (``WALL_COLUMNS``) differ
 #: between two runs of the same spec; every other column is a function of the spec.
 RESULT_COLUMNS: tuple[str, ...] = (
     "model", "batch", "seq_len", "step", "cluster", "variant", "policy", "cost", "links",
-    "seed", "makespan_s", "lower_bound_s", "makespan_over_bound", "feasible", "reason",
+    "order", "seed", "makespan_s", "lower_bound_s", "makespan_over_bound", "feasible", "reason",
     "error", "transfer_bytes", "peak_memory_bytes", "devices_used", "mean_utilization",
     "solver_status", "solver_gap", "policy_params", "spec_hash", "cluster_hash",
     "cost_hash", "placelab_version", "git_sha", "placement_s", "simulation_s", "cell_s",
@@ -43,7 +43,8 @@ def _sha(text: str | bytes) -> str:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One simulated run: graph source, passes, cluster, policy, cost model, links, seed.
+    """One simulated run: graph source, passes, cluster, policy, cost model, link model,
+    issue order (``plan`` or ``priority``, see :func:`sim.simulate`), seed.
 
     Build one with :meth:`make`, which resolves the cluster by name and attaches its
     definition; ``spec.key`` is its stable hash.
@@ -68,6 +69,7 @@ class RunSpec:
     cost_file: str | None = None
     cost_hash: str = ""
     links: str = "fcfs"
+    order: str = "plan"
     seed: int | None = None
     variant: str = ""
     cluster_toml: str = field(default="", repr=False)
@@ -206,7 +208,7 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
                            "lower_bound_s": lower_bound(graph, cluster, cost)}
     p = plan(graph, cluster, policy, cost)
     start = time.perf_counter()
-    result = simulate(p, cluster, cost, links=spec.links)
+    result = simulate(p, cluster, cost, links=spec.links, order=spec.order)
     used = [d for d in cluster.device_names if d in p.order]
     bound = row["lower_bound_s"]
     return row | {
@@ -222,17 +224,23 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
     }
 
 
+def blank_row(spec: RunSpec) -> dict[str, Any]:
+    """The row of ``spec`` before it runs: what the spec says, no result yet."""
+    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
+    row.update(model=spec.model, batch=spec.batch, seq_len=spec.seq_len, step=spec.step,
+               cluster=spec.cluster, variant=spec.variant, policy=spec.policy, cost=spec.cost,
+               links=spec.links, order=spec.order, seed=spec.seed, spec_hash=spec.key,
+               cost_hash=spec.cost_hash or _sha(spec.cost), error="", transfer_bytes=0,
+               peak_memory_bytes=0, devices_used=0, **provenance())
+    return row
+
+
 def run_one(spec: RunSpec) -> dict[str, Any]:
     """Plan and simulate ``spec``: one results row (``RESULT_COLUMNS``). Never raises: a plan
     a policy cannot make (out of memory, too large for it) is ``feasible=False`` with its
     reason; any other failure too, with the exception in ``error``."""
     start = time.perf_counter()
-    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
-    row.update(model=spec.model, batch=spec.batch, seq_len=spec.seq_len, step=spec.step,
-               cluster=spec.cluster, variant=spec.variant, policy=spec.policy, cost=spec.cost,
-               links=spec.links, seed=spec.seed, spec_hash=spec.key,
-               cost_hash=spec.cost_hash or _sha(spec.cost), error="", transfer_bytes=0,
-               peak_memory_bytes=0, devices_used=0, **provenance())
+    row = blank_row(spec)
     try:
         row.update(_simulate(spec))
     except PlacelabError as err:

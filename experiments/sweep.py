@@ -24,7 +24,14 @@ from typing import Any
 import pandas as pd
 from pydantic import Field
 
-from experiments.runspec import RESULT_COLUMNS, RunSpec, cluster_toml, provenance, run_one
+from experiments.runspec import (
+    RESULT_COLUMNS,
+    RunSpec,
+    blank_row,
+    cluster_toml,
+    provenance,
+    run_one,
+)
 from workloads.errors import PlacelabError
 from workloads.schema import Schema
 
@@ -132,13 +139,8 @@ def run_many(specs: list[RunSpec]) -> list[dict[str, Any]]:
 
 
 def _failed(spec: RunSpec, err: BaseException) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
-    row.update(model=spec.model, batch=spec.batch, seq_len=spec.seq_len, step=spec.step,
-               cluster=spec.cluster, variant=spec.variant, policy=spec.policy,
-               cost=spec.cost, links=spec.links, seed=spec.seed, spec_hash=spec.key,
-               feasible=False, reason=f"error: {type(err).__name__}",
-               error=f"{type(err).__name__}: {err}", **provenance())
-    return row
+    return blank_row(spec) | {"feasible": False, "reason": f"error: {type(err).__name__}",
+                              "error": f"{type(err).__name__}: {err}"}
 
 
 # -- sweep spec files -------------------------------------------------------------------------
@@ -177,6 +179,7 @@ class SweepFile(Schema):
     cost: list[str] = Field(default_factory=lambda: ["roofline"], min_length=1)
     cost_file: str | None = None
     links: list[str] = Field(default_factory=lambda: ["fcfs"], min_length=1)
+    order: list[str] = Field(default_factory=lambda: ["plan"], min_length=1)
     seeds: list[int] = Field(default_factory=lambda: [0], min_length=1)
     whatif: WhatIf | None = None
 
@@ -254,13 +257,13 @@ def specs_from(doc: SweepFile, *, where: str = "sweep") -> list[RunSpec]:
             ("sgd", "ops")]
         for (optimizer, colocate), passes, (cluster, variant) in itertools.product(
                 steps, doc.passes, _clusters(doc, where)):
-            for policy, cost, links, seed in itertools.product(policies, doc.cost, doc.links,
-                                                               doc.seeds):
+            for policy, cost, links, order, seed in itertools.product(
+                    policies, doc.cost, doc.links, doc.order, doc.seeds):
                 specs.append(RunSpec.make(
                     model, cluster, policy, graph_file=graph_file, cost_file=doc.cost_file,
                     batch=batch, seq_len=seq_len, train=train, optimizer=optimizer,
                     colocate=colocate, passes=tuple(passes), cost=cost, links=links,
-                    seed=seed, variant=variant))
+                    order=order, seed=seed, variant=variant))
     return specs
 
 

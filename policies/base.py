@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import math
 import numbers
 import time
 from abc import ABC, abstractmethod
@@ -14,12 +13,13 @@ import numpy as np
 
 from hwmodels.cost import CostModel, make_cost_model
 from hwmodels.spec import Cluster
+from policies.params import Param
 from policies.plans import Placement, Plan, order_by_priority
 from workloads.errors import PlacementError, UnsupportedOp
 from workloads.graph import Graph
 from workloads.registry import Registry
 
-__all__ = ["POLICIES", "PlacementPolicy", "Seed", "check_number", "check_seed", "make_policy",
+__all__ = ["POLICIES", "Param", "PlacementPolicy", "Seed", "make_policy",
            "make_rng", "plan", "policy_parameters", "register_policy", "seed_int",
            "check_cost_binding",
            "split_policies"]
@@ -41,6 +41,18 @@ class PlacementPolicy(ABC):
     memory_aware: ClassVar[bool] = False
     #: The largest graph (in ops) the policy accepts; None: no limit.
     max_ops: int | None = None
+    #: The constructor's keyword parameters: type, default, valid values (the CLI and
+    #: sweeps read and check them from here; the conformance suite holds them to the
+    #: constructor's signature).
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def checked(self, name: str, value: Any) -> Any:
+        """``value`` checked against the declared parameter ``name``."""
+        found = [p for p in self.params if p.name == name]
+        if not found:
+            raise PlacementError(f"policy {self.name!r}: {name} is not a declared "
+                                 f"parameter (params lists none by that name)")
+        return found[0].check(self.name, value)
 
     @abstractmethod
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
@@ -60,21 +72,6 @@ class PlacementPolicy(ABC):
 Seed = int | np.integer | np.random.Generator | None
 
 
-def check_seed(policy: str, seed: object) -> Seed:
-    """A policy's ``seed`` as given: any integer >= 0, a ``numpy.random.Generator``, or None
-    (fresh randomness); anything else is an error naming the policy.
-
-    >>> check_seed("random", np.int64(3))
-    3
-    """
-    if seed is None or isinstance(seed, np.random.Generator):
-        return seed
-    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool) and int(seed) >= 0:
-        return int(seed)
-    raise PlacementError(f"policy {policy!r}: seed must be an integer >= 0, a "
-                         f"numpy.random.Generator or None, got {seed!r}")
-
-
 def make_rng(seed: Seed) -> np.random.Generator:
     """The one kind of generator policies draw from: the same integer seed gives the same
     draws in any process.
@@ -90,20 +87,6 @@ def seed_int(seed: Seed) -> int:
     if isinstance(seed, numbers.Integral):
         return int(seed)
     return int(make_rng(seed).integers(2**31 - 1))
-
-
-def check_number(policy: str, field: str, value: object, *, integer: bool = False,
-                 minimum: float = 0.0) -> None:
-    """``value`` must be a finite number > 0 (or an int >= ``minimum`` when ``integer``)."""
-    if integer:
-        if not isinstance(value, numbers.Integral) or isinstance(value, bool) \
-                or value < minimum:
-            raise PlacementError(f"policy {policy!r}: {field} must be an int >= "
-                                 f"{minimum:g}, got {value!r}")
-    elif not isinstance(value, numbers.Real) or isinstance(value, bool) \
-            or not math.isfinite(value) or value <= minimum:
-        raise PlacementError(f"policy {policy!r}: {field} must be a finite number > "
-                             f"{minimum:g}, got {value!r}")
 
 
 #: The built-in policies, imported on first lookup (listing names imports none).
@@ -129,21 +112,18 @@ def register_policy(cls: type[PlacementPolicy]) -> type[PlacementPolicy]:
     return cls
 
 
-def policy_parameters(name: str) -> dict[str, Any]:
-    """The parameters policy ``name`` takes (its constructor's keyword arguments) and their
-    defaults; each constructor checks the values it is given.
+def policy_parameters(name: str) -> dict[str, Param]:
+    """The parameters policy ``name`` declares, by name.
 
-    >>> policy_parameters("optimal")
+    >>> {k: p.default for k, p in policy_parameters("optimal").items()}
     {'node_limit': 20000, 'max_ops': 30, 'time_limit_s': None}
     """
-    cls = POLICIES.get(name)
-    return {p.name: p.default for p in inspect.signature(cls.__init__).parameters.values()
-            if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    return {p.name: p for p in POLICIES.get(name).params}
 
 
 def make_policy(spec: str) -> PlacementPolicy:
-    """A registered policy from ``name`` or ``name:key=value,key=value`` (its constructor's
-    parameters, each value read as the type of the parameter's default).
+    """A registered policy from ``name`` or ``name:key=value,key=value`` (its declared
+    parameters, each value read and checked as :class:`Param` says).
 
     >>> make_policy("random:seed=3")
     RandomPlacement(seed=3)
@@ -162,30 +142,8 @@ def make_policy(spec: str) -> PlacementPolicy:
         if not eq or key not in params:
             raise PlacementError(f"policy {name!r}: expected parameters key=value with keys "
                                  f"among {', '.join(params) or 'none'}, got {item!r}")
-        kwargs[key] = _parse_value(name, key, text.strip(), params[key])
+        kwargs[key] = params[key].parse(name, text.strip())
     return cls(**kwargs)
-
-
-def _parse_value(policy: str, key: str, text: str, default: Any) -> Any:
-    """``text`` as the type of ``default`` (a number or None where the default is None)."""
-    try:
-        if isinstance(default, bool):
-            if text.lower() not in ("true", "false"):
-                raise ValueError(text)
-            return text.lower() == "true"
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-        if default is None:
-            return None if text.lower() == "none" else (
-                int(text) if text.lstrip("-").isdigit() else float(text))
-    except ValueError:
-        kind = {bool: "true or false", int: "an integer", float: "a number"}.get(
-            type(default), "a number or none")
-        raise PlacementError(f"policy {policy!r}: {key} must be {kind}, got "
-                             f"{text!r}") from None
-    return text
 
 
 def split_policies(text: str) -> list[str]:

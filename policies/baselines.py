@@ -6,7 +6,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, Seed, check_seed, make_rng, register_policy
+from policies.base import Param, PlacementPolicy, Seed, make_rng, register_policy
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.graph import Graph
@@ -53,8 +53,10 @@ class RandomPlacement(PlacementPolicy):
 
     name = "random"
 
+    params = (Param("seed", "seed", 0, doc="fixes the random draws"),)
+
     def __init__(self, seed: Seed = 0) -> None:
-        self.seed = check_seed(self.name, seed)
+        self.seed = self.checked("seed", seed)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)

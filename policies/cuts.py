@@ -21,7 +21,7 @@ from scipy.sparse.linalg import eigsh
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, Seed, check_seed, make_rng, register_policy, seed_int
+from policies.base import Param, PlacementPolicy, Seed, make_rng, register_policy, seed_int
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.graph import Graph
@@ -67,8 +67,10 @@ class Metis(PlacementPolicy):
 
     name = "metis"
 
+    params = (Param("seed", "seed", 0, doc="fixes the random draws"),)
+
     def __init__(self, seed: Seed = 0) -> None:
-        self.seed = check_seed(self.name, seed)
+        self.seed = self.checked("seed", seed)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
@@ -150,8 +152,10 @@ class KernighanLin(_Bisection):
 
     name = "kernighan_lin"
 
+    params = (Param("seed", "seed", 0, doc="fixes the random draws"),)
+
     def __init__(self, seed: Seed = 0) -> None:
-        self.seed = check_seed(self.name, seed)
+        self.seed = self.checked("seed", seed)
 
     def split(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
               fraction: float) -> tuple[list[int], list[int]]:
@@ -173,8 +177,10 @@ class Spectral(_Bisection):
 
     name = "spectral"
 
+    params = (Param("seed", "seed", 0, doc="fixes the random draws"),)
+
     def __init__(self, seed: Seed = 0) -> None:
-        self.seed = check_seed(self.name, seed)
+        self.seed = self.checked("seed", seed)
 
     def split(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
               fraction: float) -> tuple[list[int], list[int]]:

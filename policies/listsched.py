@@ -20,10 +20,9 @@ from scipy.optimize import linprog
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, register_policy
+from policies.base import Param, PlacementPolicy, register_policy
 from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
-from workloads.errors import PlacementError
 from workloads.graph import Graph
 
 __all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES"]
@@ -204,11 +203,11 @@ class ETF(PlacementPolicy):
 
     name = "etf"
 
+    params = (Param("ties", "str", "level", choices=TIES,
+                    doc="how ties between ready ops break (see TIES)"),)
+
     def __init__(self, ties: str = "level") -> None:
-        if ties not in TIES:
-            raise PlacementError(f"policy {self.name!r}: ties must be one of "
-                                 f"{', '.join(TIES)}, got {ties!r}")
-        self.ties = ties
+        self.ties = self.checked("ties", ties)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
         """Ops to keep on their parent's device (m-SCT), and what to report of choosing
@@ -303,6 +302,8 @@ class METF(ETF):
 
     name = "m_etf"
     memory_aware = True
+    params = (Param("ties", "str", "topo", choices=TIES,
+                    doc="how ties between ready ops break (see TIES)"),)
 
     def __init__(self, ties: str = "topo") -> None:
         super().__init__(ties)
@@ -317,6 +318,7 @@ class MSCT(ETF):
 
     name = "m_sct"
     memory_aware = True
+    params = METF.params
 
     def __init__(self, ties: str = "topo") -> None:
         super().__init__(ties)

@@ -21,7 +21,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, check_number, register_policy
+from policies.base import Param, PlacementPolicy, register_policy
 from policies.plans import Placement
 from policies.problem import Problem, schedule_length
 from workloads.errors import PlacementError
@@ -66,15 +66,17 @@ class Optimal(PlacementPolicy):
 
     name = "optimal"
 
+    params = (Param("node_limit", "int", 20_000, minimum=1,
+                    doc="branch-and-bound nodes before the search stops"),
+              Param("max_ops", "int", 30, minimum=1, doc="the largest graph it accepts"),
+              Param("time_limit_s", "float", None, minimum=0, optional=True,
+                    doc="a wall-clock cap (the plan then depends on the machine)"))
+
     def __init__(self, node_limit: int = 20_000, max_ops: int = 30,
                  time_limit_s: float | None = None) -> None:
-        check_number(self.name, "node_limit", node_limit, integer=True, minimum=1)
-        check_number(self.name, "max_ops", max_ops, integer=True, minimum=1)
-        if time_limit_s is not None:
-            check_number(self.name, "time_limit_s", time_limit_s)
-        self.node_limit = node_limit
-        self.max_ops: int = max_ops
-        self.time_limit_s = time_limit_s
+        self.node_limit = self.checked("node_limit", node_limit)
+        self.max_ops: int = self.checked("max_ops", max_ops)
+        self.time_limit_s = self.checked("time_limit_s", time_limit_s)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         if len(graph) > self.max_ops:

@@ -12,7 +12,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import PlacementPolicy, check_number, register_policy
+from policies.base import Param, PlacementPolicy, register_policy
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.errors import OutOfMemory
@@ -29,9 +29,11 @@ class Pipeline(PlacementPolicy):
     name = "pipeline"
     memory_aware = True
 
+    params = (Param("max_blocks", "int", 2000, minimum=1,
+                    doc="blocks of consecutive ops the stages are cut from"),)
+
     def __init__(self, max_blocks: int = 2000) -> None:
-        check_number(self.name, "max_blocks", max_blocks, integer=True, minimum=1)
-        self.max_blocks = max_blocks
+        self.max_blocks = self.checked("max_blocks", max_blocks)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)

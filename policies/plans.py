@@ -299,7 +299,10 @@ class Plan:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (f"Plan(graph={self.graph.name!r}, policy={self.policy!r}, "
+        params = self.info.get("policy_params") or {}
+        policy = self.policy + (f"({', '.join(f'{k}={v!r}' for k, v in params.items())})"
+                                if params else "")
+        return (f"Plan(graph={self.graph.name!r}, policy={policy!r}, "
                 f"devices={len(self.order)}, transfers={len(self.transfers)})")
 
     # -- serialisation ------------------------------------------------------------------

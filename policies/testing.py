@@ -287,6 +287,26 @@ def check_refuses_unrunnable_ops(source: PolicySource) -> None:
         raise ConformanceError(f"{label}: placed an fp64 op on devices without fp64")
 
 
+def check_declares_parameters(source: PolicySource) -> None:
+    """``params`` names the constructor's keyword parameters with their defaults, each
+    default valid, and ``get_params`` (what a plan and ``repr`` show) reports them."""
+    import inspect
+
+    label = _label(source)
+    policy = _make(source)
+    signature = {p.name: p.default for p in inspect.signature(
+        type(policy).__init__).parameters.values()
+        if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+    declared = {p.name: p.default for p in policy.params}
+    _require(signature == declared, f"{label}: params declares {declared}, the constructor "
+                                    f"takes {signature}")
+    for param in policy.params:
+        param.check(label, param.default)
+    _require(set(policy.get_params()) == set(declared),
+             f"{label}: get_params() reports {sorted(policy.get_params())}, expected "
+             f"{sorted(declared)}")
+
+
 def _memory_aware(policy: PlacementPolicy) -> bool:
     return policy.memory_aware
 
@@ -300,6 +320,7 @@ CHECKS: tuple[Check[PolicySource], ...] = (
     Check("honours_memory", check_honours_memory, _memory_aware),
     Check("refuses_when_nothing_fits", check_refuses_when_nothing_fits, _memory_aware),
     Check("refuses_unrunnable_ops", check_refuses_unrunnable_ops),
+    Check("declares_parameters", check_declares_parameters),
 )
 
 

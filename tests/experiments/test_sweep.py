@@ -175,3 +175,38 @@ def test_cli_sweep_then_rerun_gives_the_same_table(tmp_path, capsys) -> None:
 def test_sweep_errors_name_the_problem() -> None:
     with pytest.raises(SweepError, match="cannot read sweep spec"):
         load_sweep("/nonexistent/sweep.toml")
+
+
+def test_a_sweep_killed_halfway_resumes_with_only_the_missing_cells(tmp_path, monkeypatch):
+    import os
+    import signal
+    import time
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('models = ["mlp", "lenet5"]\nclusters = ["workstation", "quad-v100-nvlink",'
+                    ' "dgx1-v100", "hetero-box"]\npolicies = ["heft", "m_etf", "m_topo", '
+                    '"round_robin", "random"]\ntrain = [false, true]\nseeds = [0, 1, 2]\n')
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(spec),
+                             "--out", str(out), "--workers", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while len(list((out / "cells").glob("*.json"))) < 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    kept = list((out / "cells").glob("*.json"))
+    for cell in kept:  # atomic writes: a kill leaves whole cells only
+        json.loads(cell.read_text())
+    specs = specs_from(load_sweep(spec)[0])
+    assert 5 <= len(kept) < len(specs) == 240
+    ran: list[str] = []
+
+    def counting(s):  # type: ignore[no-untyped-def]
+        ran.append(s.key)
+        return run_one(s)
+
+    monkeypatch.setattr("experiments.sweep.run_one", counting)
+    df = Experiment(specs, out=out).run(workers=1, progress=False)
+    assert sorted(ran) == sorted({s.key for s in specs} - {c.stem for c in kept})
+    assert len(df) == 240 and df["feasible"].notna().all() and (df["error"] == "").all()

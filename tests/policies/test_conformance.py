@@ -85,9 +85,9 @@ def test_memory_aware_failure_message_is_pinned(name: str) -> None:
     ("metis", {"seed": 1.5}, "policy 'metis': seed must be an integer >= 0, a "
                              "numpy.random.Generator or None, got 1.5"),
     ("optimal", {"time_limit_s": 0},
-     "policy 'optimal': time_limit_s must be a finite number > 0, got 0"),
+     "policy 'optimal': time_limit_s must be a finite number > 0 or None, got 0"),
     ("optimal", {"time_limit_s": float("nan")},
-     "policy 'optimal': time_limit_s must be a finite number > 0, got nan"),
+     "policy 'optimal': time_limit_s must be a finite number > 0 or None, got nan"),
     ("optimal", {"max_ops": 0}, "policy 'optimal': max_ops must be an int >= 1, got 0"),
     ("pipeline", {"max_blocks": -1},
      "policy 'pipeline': max_blocks must be an int >= 1, got -1"),
@@ -192,12 +192,13 @@ def test_policies_take_parameters_by_name() -> None:
     graph, cluster = random_dag(20, seed=4), get_cluster("hetero-box")
     p = plan(graph, cluster, "random:seed=7")
     assert p.info["policy_params"] == {"seed": 7}
+    assert repr(p).startswith(f"Plan(graph={graph.name!r}, policy='random(seed=7)'")
     assert p.placement == plan(graph, cluster, POLICIES.get("random")(seed=7)).placement
     with pytest.raises(PlacementError, match=r"policy 'random': expected parameters key=value "
                                              r"with keys among seed, got 'sede=3'"):
         make_policy("random:sede=3")
-    with pytest.raises(PlacementError, match=r"policy 'optimal': node_limit must be an "
-                                             r"integer, got '1.5'"):
+    with pytest.raises(PlacementError, match=r"policy 'optimal': node_limit must be an int "
+                                             r">= 1, got '1.5'"):
         make_policy("optimal:node_limit=1.5")
     with pytest.raises(PlacementError, match=r"policy 'pipeline': max_blocks must be an int "
                                              r">= 1, got 0"):
