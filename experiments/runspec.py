@@ -30,7 +30,8 @@ __all__ = ["RESULT_COLUMNS", "RunSpec", "WALL_COLUMNS", "blank_row", "provenance
 RESULT_COLUMNS: tuple[str, ...] = (
     "model", "batch", "seq_len", "step", "cluster", "variant", "policy", "cost", "links",
     "order", "seed", "makespan_s", "lower_bound_s", "makespan_over_bound", "feasible", "reason",
-    "error", "transfer_bytes", "peak_memory_bytes", "devices_used", "mean_utilization",
+    "error", "transfer_bytes", "compute_s", "transfer_s", "peak_memory_bytes",
+    "devices_used", "mean_utilization",
     "solver_status", "solver_gap", "policy_params", "spec_hash", "cluster_hash",
     "cost_hash", "placelab_version", "git_sha", "placement_s", "simulation_s", "cell_s",
 )
@@ -217,11 +218,22 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
         "simulation_s": time.perf_counter() - start,
         "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
         "transfer_bytes": result.transfer_bytes,
+        "compute_s": sum(result.busy_s.values()),
+        "transfer_s": _transfer_seconds(result),
         "peak_memory_bytes": max(result.peak_memory_bytes.values()),
         "devices_used": len(used),
         "mean_utilization": sum(result.utilization[d] for d in used) / len(used),
         "solver_status": p.info.get("status"), "solver_gap": p.info.get("mip_gap"),
     }
+
+
+def _transfer_seconds(result: Any) -> float:
+    """Time transfers spent moving (start to end, summed): with ``compute_s``, the
+    communication share of a plan."""
+    columns = result.columns
+    if columns is None or not len(columns.transfer_start):
+        return 0.0
+    return float((columns.transfer_end - columns.transfer_start).sum())
 
 
 def blank_row(spec: RunSpec) -> dict[str, Any]:

@@ -347,6 +347,36 @@ class Cluster:
                 "links": [{f.name: getattr(k, f.name) for f in fields(k)} for k in self.links],
                 "switches": list(self.switches), "hosts": dict(self.hosts)}
 
+    def without(self, *names: str, name: str | None = None) -> Cluster:
+        """This cluster with devices ``names`` retired, and their links with them (checked
+        as any cluster is: what is left must still be connected).
+
+        >>> from hwmodels import get_cluster
+        >>> get_cluster("quad-v100-nvlink").without("gpu3").device_names
+        ('gpu0', 'gpu1', 'gpu2')
+        """
+        for gone in names:
+            self.device(gone)  # an unknown name is an error naming the cluster's devices
+        keep = tuple(d for d in self.devices if d.name not in names)
+        links = tuple(k for k in self.links if k.a not in names and k.b not in names)
+        hosts = {d: h for d, h in self.hosts.items() if d not in names}
+        return Cluster(name or self.name, keep, links, self.switches, hosts, self.description)
+
+    def with_devices(self, devices: tuple[Device, ...], links: tuple[Link, ...], *,
+                     hosts: Mapping[str, str] | None = None,
+                     name: str | None = None) -> Cluster:
+        """This cluster with ``devices`` added, joined to it by ``links``.
+
+        >>> from hwmodels import get_cluster, Link
+        >>> c = get_cluster("quad-v100-nvlink")
+        >>> bigger = c.with_devices((c.device("gpu0").instance("gpu4"),),
+        ...                         (Link("gpu4", "gpu0", 25e9, 2e-6),))
+        >>> len(bigger.devices)
+        5
+        """
+        return Cluster(name or self.name, (*self.devices, *devices), (*self.links, *links),
+                       self.switches, {**self.hosts, **(hosts or {})}, self.description)
+
     def slowest_link(self, src: str, dst: str) -> Link | None:
         hops = self.route(src, dst)
         return min((h.link for h in hops), key=lambda link: link.bandwidth, default=None)

@@ -153,3 +153,20 @@ def test_specs_and_cost_models_pickle_for_process_pools() -> None:
     with ProcessPoolExecutor(max_workers=1) as pool:
         there = pool.submit(makespan_in_a_worker, cluster, RooflineCost(cluster)).result()
     assert there == makespan_in_a_worker(cluster, RooflineCost(cluster))
+
+
+def test_devices_retire_and_join_through_the_cluster_checks() -> None:
+    from hwmodels import Link, get_cluster
+
+    dgx = get_cluster("dgx1-v100")
+    four = dgx.without("gpu4", "gpu5", "gpu6", "gpu7")
+    assert four.device_names == ("gpu0", "gpu1", "gpu2", "gpu3")
+    assert all({k.a, k.b} <= set(four.device_names) for k in four.links)
+    with pytest.raises(HardwareSpecError, match="no device named 'gpu9'"):
+        dgx.without("gpu9")
+    quad = get_cluster("quad-v100-nvlink")
+    joined = quad.with_devices((quad.device("gpu0").instance("gpu4"),),
+                               (Link("gpu4", "gpu3", 10e9, 1e-6),), name="quad-plus")
+    assert joined.bandwidth("gpu4", "gpu3") == 10e9 and joined.name == "quad-plus"
+    with pytest.raises(HardwareSpecError, match="must be connected"):
+        quad.with_devices((quad.device("gpu0").instance("gpu4"),), ())
