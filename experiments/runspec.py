@@ -28,7 +28,7 @@ __all__ = ["RESULT_COLUMNS", "RunSpec", "WALL_COLUMNS", "blank_row", "provenance
 #: Columns of every results row, in order. Wall-clock columns (``WALL_COLUMNS``) differ
 #: between two runs of the same spec; every other column is a function of the spec.
 RESULT_COLUMNS: tuple[str, ...] = (
-    "model", "batch", "seq_len", "step", "cluster", "variant", "policy", "cost", "links",
+    "model", "batch", "seq_len", "dtype", "step", "cluster", "variant", "policy", "cost", "links",
     "order", "seed", "makespan_s", "lower_bound_s", "makespan_over_bound", "feasible", "reason",
     "error", "transfer_bytes", "compute_s", "transfer_s", "peak_memory_bytes",
     "devices_used", "mean_utilization",
@@ -62,6 +62,7 @@ class RunSpec:
     policy: str
     batch: int = 1
     seq_len: int | None = None
+    dtype: str = "fp32"
     train: bool = False
     optimizer: str = "sgd"
     colocate: str = "ops"
@@ -134,8 +135,9 @@ def _cluster(text: str, name: str) -> Cluster:
 
 
 @functools.lru_cache(maxsize=8)
-def _graph(model: str, batch: int, seq_len: int | None, train: bool, optimizer: str,
-           colocate: str, passes: tuple[str, ...], graph_json: str | None) -> Any:
+def _graph(model: str, batch: int, seq_len: int | None, dtype: str, train: bool,
+           optimizer: str, colocate: str, passes: tuple[str, ...],
+           graph_json: str | None) -> Any:
     """The spec's graph, built once per process for every cell that shares it."""
     from workloads.graph import Graph
     from workloads.passes import PassManager
@@ -145,7 +147,7 @@ def _graph(model: str, batch: int, seq_len: int | None, train: bool, optimizer: 
     if graph_json is not None:
         graph = Graph.from_json(graph_json, source=f"graph {model!r}")
     else:
-        graph = build_model(model, batch=batch, seq_len=seq_len)
+        graph = build_model(model, batch=batch, seq_len=seq_len, dtype=dtype)
     if train:
         graph = training_graph(graph, optimizer, colocate=colocate)
     if passes:
@@ -200,8 +202,8 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
     from sim.engine import simulate
 
     cluster = _cluster(spec.cluster_toml, spec.cluster)
-    graph = _graph(spec.model, spec.batch, spec.seq_len, spec.train, spec.optimizer,
-                   spec.colocate, spec.passes, spec.graph_json)
+    graph = _graph(spec.model, spec.batch, spec.seq_len, spec.dtype, spec.train,
+                   spec.optimizer, spec.colocate, spec.passes, spec.graph_json)
     cost = _cost(spec, cluster)
     policy = _policy(spec)
     row: dict[str, Any] = {"cluster_hash": cluster.definition_hash,
@@ -239,7 +241,8 @@ def _transfer_seconds(result: Any) -> float:
 def blank_row(spec: RunSpec) -> dict[str, Any]:
     """The row of ``spec`` before it runs: what the spec says, no result yet."""
     row: dict[str, Any] = dict.fromkeys(RESULT_COLUMNS)
-    row.update(model=spec.model, batch=spec.batch, seq_len=spec.seq_len, step=spec.step,
+    row.update(model=spec.model, batch=spec.batch, seq_len=spec.seq_len, dtype=spec.dtype,
+               step=spec.step,
                cluster=spec.cluster, variant=spec.variant, policy=spec.policy, cost=spec.cost,
                links=spec.links, order=spec.order, seed=spec.seed, spec_hash=spec.key,
                cost_hash=spec.cost_hash or _sha(spec.cost), error="", transfer_bytes=0,

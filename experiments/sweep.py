@@ -172,6 +172,7 @@ class SweepFile(Schema):
     policy_grid: list[PolicyGrid] = Field(default_factory=list)
     batch: list[int] = Field(default_factory=lambda: [1], min_length=1)
     seq_len: list[int] = Field(default_factory=list)
+    dtype: list[str] = Field(default_factory=lambda: ["fp32"], min_length=1)
     train: list[bool] = Field(default_factory=lambda: [False], min_length=1)
     optimizer: list[str] = Field(default_factory=lambda: ["sgd"], min_length=1)
     colocate: list[str] = Field(default_factory=lambda: ["ops"], min_length=1)
@@ -251,8 +252,8 @@ def specs_from(doc: SweepFile, *, where: str = "sweep") -> list[RunSpec]:
     sources = [(m, None) for m in doc.models] + [(Path(g).stem, g) for g in doc.graphs]
     seq_lens: Sequence[int | None] = doc.seq_len or [None]
     specs = []
-    for (model, graph_file), batch, seq_len, train in itertools.product(
-            sources, doc.batch, seq_lens, doc.train):
+    for (model, graph_file), batch, seq_len, dtype, train in itertools.product(
+            sources, doc.batch, seq_lens, doc.dtype, doc.train):
         steps = [(o, c) for o in doc.optimizer for c in doc.colocate] if train else [
             ("sgd", "ops")]
         for (optimizer, colocate), passes, (cluster, variant) in itertools.product(
@@ -261,7 +262,8 @@ def specs_from(doc: SweepFile, *, where: str = "sweep") -> list[RunSpec]:
                     policies, doc.cost, doc.links, doc.order, doc.seeds):
                 specs.append(RunSpec.make(
                     model, cluster, policy, graph_file=graph_file, cost_file=doc.cost_file,
-                    batch=batch, seq_len=seq_len, train=train, optimizer=optimizer,
+                    batch=batch, seq_len=seq_len, dtype=dtype, train=train,
+                    optimizer=optimizer,
                     colocate=colocate, passes=tuple(passes), cost=cost, links=links,
                     order=order, seed=seed, variant=variant))
     return specs

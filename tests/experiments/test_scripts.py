@@ -23,6 +23,13 @@ def test_whatif_npu_study(tmp_path: Path, monkeypatch) -> None:
     assert fits.sort_values("bandwidth_tbps")["step_s"].is_monotonic_decreasing
     by_bw = df.groupby("bandwidth_tbps")["step_s"].nunique()
     assert (by_bw == 1).all()
+    # split over two NPUs: METIS cuts by bytes, not link speed, so its plan is the same at
+    # every bandwidth, and the faster link carries its transfers sooner
+    links = pd.read_parquet(tmp_path / "whatif_npu_links.parquet")
+    metis = links[links["policy"] == "metis"].sort_values("link_gbps")
+    assert metis["feasible"].all() and len(metis) == 2
+    assert metis["makespan_s"].is_monotonic_decreasing
+    assert metis["transfer_bytes"].nunique() == 1
 
 
 def test_zoo_table_lists_every_model() -> None:
