@@ -37,14 +37,15 @@ def format_table(df: pd.DataFrame) -> str:
     view = pd.DataFrame({
         "model": df["model"], "step": df["step"], "cluster": df["cluster"],
         "policy": df["policy"],
-        "makespan_ms": (df["makespan_s"] * 1e3).round(3),
-        "speedup": df["speedup_vs_single_device"].round(2),
-        "vs_bound": df["makespan_over_bound"].round(2),
+        "makespan_ms": (df["makespan_s"].astype(float) * 1e3).round(3),
+        **({"speedup": df["speedup_vs_single_device"].round(2)}
+           if "speedup_vs_single_device" in df else {}),
+        "vs_bound": df["makespan_over_bound"].astype(float).round(2),
         "feasible": df["feasible"], "devices": df["devices_used"],
-        "util": df["mean_utilization"].round(2),
+        "util": df["mean_utilization"].astype(float).round(2),
         "transfer_MB": (df["transfer_bytes"] / 1e6).round(1),
         "peak_mem_GB": (df["peak_memory_bytes"] / 1e9).round(2),
-        "place_ms": (df["placement_s"] * 1e3).round(1),
+        "place_ms": (df["placement_s"].astype(float) * 1e3).round(1),
     })
     if "solver_status" in df and df["solver_status"].notna().any():
         view["solver"] = [f"{s} (gap {g:.1%})" if isinstance(s, str) else ""

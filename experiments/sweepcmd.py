@@ -10,7 +10,11 @@ from typing import Any
 from experiments.commands import emit
 from workloads.errors import PlacelabError
 
-__all__ = ["add_sweep_command", "cmd_sweep"]
+__all__ = ["TABLE_ROWS", "add_sweep_command", "cmd_sweep"]
+
+#: A sweep of at most this many cells prints its whole table (with every infeasible
+#: cell's reason); a larger one prints its infeasible cells counted by reason.
+TABLE_ROWS = 100
 
 
 def add_sweep_command(sub: Any) -> None:
@@ -29,6 +33,7 @@ def add_sweep_command(sub: Any) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> None:
+    from experiments.results import format_table
     from experiments.sweep import Experiment, SweepError, environment, load_sweep, specs_from
     from workloads.io import write_text_atomic
 
@@ -51,11 +56,26 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     data = {"out": str(out), "results": str(out / "results.parquet"), "cells": len(df),
             "resumed": resumed, "feasible": int(df["feasible"].fillna(False).sum()),
             "errors": len(failed)}
-    lines = [f"{len(df)} cells ({resumed} from an earlier run), {data['feasible']} feasible, "
-             f"{len(failed)} failed", f"results: {data['results']}"]
+    lines = [format_table(df)] if len(df) <= TABLE_ROWS else [_reasons(df)]
+    lines += [f"{len(df)} cells ({resumed} from an earlier run), {data['feasible']} "
+              f"feasible, {len(failed)} failed", f"results: {data['results']}"]
     lines += [f"  failed: {r.model} {r.step} on {r.cluster}, {r.policy}: {r.error}"
               for r in failed.itertuples()]
     emit(args, data, "\n".join(lines))
+
+
+def _reasons(df: Any) -> str:
+    """Why cells are infeasible, most common reason first (a table too long to print)."""
+    bad = df[~df["feasible"].fillna(False).astype(bool)]
+    if bad.empty:
+        return "every cell feasible"
+    # The same reason on different ops, devices and sizes counts once: names and numbers
+    # are masked.
+    masked = bad["reason"].fillna("").str.replace(r"'[^']*'", "'…'", regex=True).str.replace(
+        r"\d+(\.\d+)?", "N", regex=True)
+    counts = masked.value_counts()
+    return "infeasible cells by reason:\n" + "\n".join(
+        f"  {n:5d}  {reason}" for reason, n in counts.items())
 
 
 def _source_and_out(args: argparse.Namespace) -> tuple[Path, Path]:

@@ -210,3 +210,27 @@ def test_a_sweep_killed_halfway_resumes_with_only_the_missing_cells(tmp_path, mo
     df = Experiment(specs, out=out).run(workers=1, progress=False)
     assert sorted(ran) == sorted({s.key for s in specs} - {c.stem for c in kept})
     assert len(df) == 240 and df["feasible"].notna().all() and (df["error"] == "").all()
+
+
+def test_a_long_sweep_counts_its_infeasible_cells_by_reason() -> None:
+    from experiments.sweepcmd import _reasons
+
+    df = pd.DataFrame({"feasible": [False, False, True, False], "reason": [
+        "out of memory on device 'gpu0' at t=0.1 s (op 'a' starts): needs 5 bytes, has 4",
+        "out of memory on device 'gpu3' at t=2.5 s (op 'b' starts): needs 9 bytes, has 8",
+        "", "policy 'optimal': graph 'g' has 40 ops; the MILP is limited to max_ops=30"]})
+    assert _reasons(df).splitlines() == [
+        "infeasible cells by reason:",
+        "      2  out of memory on device '…' at t=N s (op '…' starts): needs N bytes, has N",
+        "      1  policy '…': graph '…' has N ops; the MILP is limited to max_ops=N"]
+
+
+def test_a_short_sweep_prints_its_table_with_every_reason(tmp_path, capsys) -> None:
+    spec = tmp_path / "s.toml"
+    spec.write_text('models = ["gpt2_small"]\nclusters = ["workstation"]\n'
+                    'policies = ["single_device", "optimal"]\nbatch = [12]\ntrain = [true]\n'
+                    'optimizer = ["adam"]\n')
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "o"), "--workers", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "infeasible:" in text and "out of memory on device" in text
+    assert "the MILP is limited to max_ops=30" in text
