@@ -18,6 +18,8 @@ OP_KINDS: dict[str, str] = {
     "input": "source", "parameter": "source",
     # dense algebra
     "linear": "matmul", "matmul": "matmul", "conv2d": "conv", "embedding": "data_movement",
+    # whole layers imported as one op (torch's nn.MultiheadAttention, nn.LSTM, nn.GRU)
+    "attention": "matmul", "lstm": "matmul", "gru": "matmul",
     # elementwise
     "relu": "elementwise", "tanh": "elementwise", "sigmoid": "elementwise",
     "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",

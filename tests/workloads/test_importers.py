@@ -223,3 +223,86 @@ def test_model_import_takes_dims_from_the_command_line(tmp_path: Path, capsys) -
     assert json.loads(capsys.readouterr().out)["flops"] == 2 * 3 * 8
     assert main(["model", "import", path, "--dim", "S"]) == 2
     assert "--dim must be NAME=N with N an integer >= 1, got 'S'" in capsys.readouterr().err
+
+
+def _imported(module, x):  # type: ignore[no-untyped-def]
+    import warnings
+
+    from workloads.importers.torch_import import import_torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every op here has a cost formula: no warning
+        return import_torch(module, x)
+
+
+def test_torch_attention_is_an_op_with_torchs_flop_count() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.att = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+            self.fc = torch.nn.Linear(32, 32)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            a, _ = self.att(x, x, x)
+            return self.fc(a)
+
+    block, x = Block(), torch.zeros(3, 7, 32)
+    g = _imported(block, x)
+    att = g.op("att")
+    assert att.kind == "attention" and g.op("fc").inputs == ("att.0",)  # nothing dropped
+    assert g.params == sum(p.numel() for p in block.parameters())
+    with FlopCounterMode(display=False) as counter:
+        block.att(x, x, x)
+    softmax, biases = 5 * 3 * 4 * 7 * 7, 4 * 3 * 7 * 32  # beyond the matrix products
+    assert att.flops == counter.get_total_flops() + softmax + biases
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_torch_recurrent_layers_are_ops_with_their_products_counted(layer: str) -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = getattr(torch.nn, layer)(16, 24, num_layers=2, batch_first=True)
+            self.head = torch.nn.Linear(24, 5)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            y, _ = self.rnn(x)
+            return self.head(y)
+
+    net, x = Net(), torch.zeros(4, 6, 16)
+    g = _imported(net, x)
+    rnn = g.op("rnn")
+    assert rnn.kind == layer.lower() and g.op("head").inputs == ("rnn.0",)
+    assert g.params == sum(p.numel() for p in net.parameters())
+    # Reference: the layer's products as torch counts them, unrolled by hand.
+    gates, batch, steps, hidden = (4 if layer == "LSTM" else 3), 4, 6, 24
+    with FlopCounterMode(display=False) as counter:
+        for width in (16, 24):
+            for _ in range(steps):
+                F.linear(torch.zeros(batch, width), torch.zeros(gates * hidden, width))
+                F.linear(torch.zeros(batch, hidden), torch.zeros(gates * hidden, hidden))
+    maths = 24 if layer == "LSTM" else 18
+    extras = 2 * steps * batch * hidden * (3 * gates + maths)  # sums, biases, gate maths
+    assert rnn.flops == counter.get_total_flops() + extras
+
+
+def test_torch_tuple_results_without_a_formula_are_opaque_never_dropped() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    from workloads.importers.torch_import import import_torch
+
+    class Net(torch.nn.Module):
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            values, _ = x.max(dim=1)  # a method returning (values, indices)
+            return values * 2
+
+    with pytest.warns(UserWarning, match="no cost formula .* max x1"):
+        g = import_torch(Net(), torch.zeros(3, 4))
+    assert g.op("max_1").kind == "opaque"
+    assert g.op("mul").inputs == ("max_1.0",)

@@ -152,12 +152,26 @@ def _convert(traced: Any, graph_name: str) -> Graph:
     constants: dict[str, int] = {}   # get_attr node -> element count
     owners: dict[str, str] = {}
     unknown: dict[str, int] = {}
+    tuples: dict[str, list[Any]] = {}  # node -> its tuple of results, as output tensors
     modules = dict(traced.named_modules())
     for node in traced.graph.nodes:
         meta = node.meta.get("tensor_meta")
         out = _tensor(node.name, meta) if meta is not None else None
+        item = _tuple_item(node, tuples)
+        if item is not None:  # an item of a layer's tuple of results: that output itself
+            if isinstance(item, Tensor):
+                values[node.name] = item
+            else:
+                tuples[node.name] = item
+            continue
         if isinstance(meta, tuple | list) and not hasattr(meta, "shape") \
                 and node.op.startswith("call_"):
+            if node.op == "call_module" or _target_name(node) not in _MOVES:
+                # A layer with several results (attention, recurrent layers): one op with
+                # an output per result, read through getitem.
+                tuples[node.name] = _leaves(node.name, meta)
+                ops.append(_tuple_op(node, tuples[node.name], values, modules, unknown))
+                continue
             # A tuple of tensors (chunk, split): its items are read through getitem, so
             # the op reading an item depends on whatever produced the tuple's input.
             sources = [values[a.name] for a in node.all_input_nodes if a.name in values]
@@ -181,6 +195,98 @@ def _convert(traced: Any, graph_name: str) -> Graph:
                for a in node.all_input_nodes if a.name in values]
     outputs = [values[name].name for name in results]
     return Graph(graph_name, ops, outputs or None)
+
+
+def _leaves(name: str, meta: Any) -> list[Any]:
+    """The output tensors of a tuple of results, nested as the tuple is (LSTM's
+    ``(output, (h, c))``); an item that is not a tensor is None."""
+    out: list[Any] = []
+    for i, item in enumerate(meta):
+        if hasattr(item, "shape"):
+            out.append(_tensor(f"{name}.{i}", item))
+        elif isinstance(item, tuple | list):
+            out.append(_leaves(f"{name}.{i}", item))
+        else:
+            out.append(None)
+    return out
+
+
+def _flat(tree: list[Any]) -> list[Tensor]:
+    return [t for item in tree for t in (_flat(item) if isinstance(item, list) else [item])
+            if t is not None]
+
+
+def _tuple_item(node: Any, tuples: dict[str, list[Any]]) -> Any:
+    """What ``tuple[i]`` reads when ``node`` indexes a layer's tuple of results."""
+    if node.op != "call_function" or node.target is not operator.getitem:
+        return None
+    source, index = node.args[0], node.args[1]
+    if getattr(source, "name", None) not in tuples or not isinstance(index, int):
+        return None
+    return tuples[source.name][index]
+
+
+def _tuple_op(node: Any, tree: list[Any], values: dict[str, Tensor], modules: dict[str, Any],
+              unknown: dict[str, int]) -> Op:
+    outs = _flat(tree)
+    ins = [values[a.name] for a in node.all_input_nodes if a.name in values]
+    params = state_bytes = 0
+    target = _target_name(node)
+    try:
+        if node.op != "call_module":
+            raise KeyError(target)
+        module = modules[node.target]
+        own = list(module.parameters())  # a layer's sub-layers (attention's out_proj) too
+        params = sum(p.numel() for p in own)
+        state_bytes = sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
+        kind, flops = _layer_cost(module, outs, ins)
+    except KeyError as err:
+        label = err.args[0]
+        unknown[label] = unknown.get(label, 0) + 1
+        kind, flops = "opaque", 0
+    return Op(name=node.name, kind=kind, op_class="data_movement" if kind == "opaque"
+              else "matmul", inputs=tuple(dict.fromkeys(t.name for t in ins)),
+              outputs=tuple(outs), attrs={"torch": f"{node.op}:{target}"}, flops=int(flops),
+              params=params, param_bytes=state_bytes,
+              bytes_read=sum(t.nbytes for t in ins) + state_bytes,
+              bytes_written=sum(t.nbytes for t in outs))
+
+
+def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str, int]:
+    """FLOPs of a whole attention or recurrent layer: its matrix products (as
+    ``torch.utils.flop_counter`` counts them) plus its biases, softmax and gate maths."""
+    import torch.nn as nn
+
+    if isinstance(module, nn.MultiheadAttention):
+        q, kv = ins[0], (ins[1] if len(ins) > 1 else ins[0])
+        e = module.embed_dim
+        tokens, keys = _numel(q) // e, _numel(kv) // module.kdim
+        length = q.shape[1] if module.batch_first else q.shape[0]
+        source = kv.shape[1] if module.batch_first else kv.shape[0]
+        batch = tokens // length
+        projections = 2 * e * (tokens * (e + e) + keys * (module.kdim + module.vdim))
+        scores = 2 * 2 * batch * length * source * e  # Q.K^T and A.V
+        softmax = 5 * batch * module.num_heads * length * source
+        return "attention", projections + scores + softmax + 4 * tokens * e
+    if isinstance(module, nn.LSTM | nn.GRU):
+        gates = 4 if isinstance(module, nn.LSTM) else 3
+        x = ins[0]
+        steps, batch = (x.shape[1], x.shape[0]) if module.batch_first else (
+            x.shape[0], x.shape[1] if len(x.shape) == 3 else 1)
+        h, directions = module.hidden_size, 2 if module.bidirectional else 1
+        flops = 0
+        # Per hidden unit and step, at this importer's rates (sigmoid and tanh 4 FLOPs, a
+        # product or sum 1): LSTM 3 sigmoids, 2 tanh, 3 products, 1 sum; GRU 2 sigmoids, 1
+        # tanh, 3 products, 3 sums.
+        gate_maths = 24 if gates == 4 else 18
+        for layer in range(module.num_layers):
+            width = module.input_size if layer == 0 else h * directions
+            # the gate products (input and hidden), their sum and two biases, the gate maths
+            per_step = 2 * batch * gates * h * (width + h) + 3 * batch * gates * h
+            per_step += batch * h * gate_maths
+            flops += directions * steps * per_step
+        return ("lstm" if gates == 4 else "gru"), flops
+    raise KeyError(type(module).__name__)
 
 
 def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[str, int],
