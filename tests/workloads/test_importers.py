@@ -306,3 +306,35 @@ def test_torch_tuple_results_without_a_formula_are_opaque_never_dropped() -> Non
         g = import_torch(Net(), torch.zeros(3, 4))
     assert g.op("max_1").kind == "opaque"
     assert g.op("mul").inputs == ("max_1.0",)
+
+
+def test_torch_tied_weights_count_once_and_sdpa_is_attention() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class TinyLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = torch.nn.Embedding(50, 16)
+            self.head = torch.nn.Linear(16, 50, bias=False)
+            self.head.weight = self.emb.weight  # tied, as GPT-2's output layer is
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.head(self.emb(x))
+
+    lm = TinyLM()
+    g = _imported(lm, torch.zeros(2, 3, dtype=torch.long))
+    assert g.params == sum(p.numel() for p in lm.parameters()) == 800
+    assert g.op("head").attrs["shares"] == "emb"
+
+    class Attend(torch.nn.Module):
+        def forward(self, q, k):  # type: ignore[no-untyped-def]
+            return F.scaled_dot_product_attention(q, k, k)
+
+    q, k = torch.zeros(2, 4, 8, 16), torch.zeros(2, 4, 12, 16)
+    op = _imported(Attend(), (q, k)).op("scaled_dot_product_attention")
+    with FlopCounterMode(display=False) as counter:  # the same maths, written out
+        torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ k
+    assert op.kind == "attention"
+    assert op.flops == counter.get_total_flops() + 6 * 2 * 4 * 8 * 12  # scale, softmax

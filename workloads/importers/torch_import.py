@@ -85,6 +85,12 @@ def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, st
         return "linear", "matmul", 2 * _numel(out) * ins[0].shape[-1]
     if target == "softmax":
         return "softmax", "reduction", 5 * _numel(out)
+    if target == "scaled_dot_product_attention":  # q (..., L, d), k (..., S, d), v (..., S, dv)
+        q, k = ins[0], ins[1] if len(ins) > 1 else ins[0]
+        scores = _numel(q) // q.shape[-1] * k.shape[-2]  # one per (batch, head, query, key)
+        # Q.K^T and A.V as torch's FLOP counter counts them, then scaling and softmax
+        return ("attention", "matmul",
+                2 * scores * q.shape[-1] + 2 * scores * out.shape[-1] + 6 * scores)
     if target in _ELEMENTWISE:
         kind, per = _ELEMENTWISE[target]
         return kind, "elementwise", per * _numel(out)
@@ -170,7 +176,8 @@ def _convert(traced: Any, graph_name: str) -> Graph:
                 # A layer with several results (attention, recurrent layers): one op with
                 # an output per result, read through getitem.
                 tuples[node.name] = _leaves(node.name, meta)
-                ops.append(_tuple_op(node, tuples[node.name], values, modules, unknown))
+                ops.append(_tuple_op(node, tuples[node.name], values, modules, owners,
+                                     unknown))
                 continue
             # A tuple of tensors (chunk, split): its items are read through getitem, so
             # the op reading an item depends on whatever produced the tuple's input.
@@ -195,6 +202,21 @@ def _convert(traced: Any, graph_name: str) -> Graph:
                for a in node.all_input_nodes if a.name in values]
     outputs = [values[name].name for name in results]
     return Graph(graph_name, ops, outputs or None)
+
+
+def _own_parameters(parameters: Any, node: str,
+                    owners: dict[str, str]) -> tuple[list[Any], str | None]:
+    """The parameters ``node`` holds first, and the op it shares any others with: a tied
+    parameter (a GPT's embedding and output layer) is counted once, with its first user."""
+    own, shares = [], None
+    for p in parameters:
+        key = f"param:{id(p)}"
+        if key in owners:
+            shares = shares or owners[key]
+        else:
+            owners[key] = node
+            own.append(p)
+    return own, shares
 
 
 def _leaves(name: str, meta: Any) -> list[Any]:
@@ -227,7 +249,7 @@ def _tuple_item(node: Any, tuples: dict[str, list[Any]]) -> Any:
 
 
 def _tuple_op(node: Any, tree: list[Any], values: dict[str, Tensor], modules: dict[str, Any],
-              unknown: dict[str, int]) -> Op:
+              owners: dict[str, str], unknown: dict[str, int]) -> Op:
     outs = _flat(tree)
     ins = [values[a.name] for a in node.all_input_nodes if a.name in values]
     params = state_bytes = 0
@@ -236,7 +258,8 @@ def _tuple_op(node: Any, tree: list[Any], values: dict[str, Tensor], modules: di
         if node.op != "call_module":
             raise KeyError(target)
         module = modules[node.target]
-        own = list(module.parameters())  # a layer's sub-layers (attention's out_proj) too
+        # a layer's sub-layers' parameters (attention's out_proj) too
+        own, _ = _own_parameters(module.parameters(), node.name, owners)
         params = sum(p.numel() for p in own)
         state_bytes = sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
         kind, flops = _layer_cost(module, outs, ins)
@@ -308,7 +331,8 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
     try:
         if node.op == "call_module":
             module = modules[node.target]
-            own = list(module.parameters(recurse=False))
+            own, tied = _own_parameters(module.parameters(recurse=False), node.name, owners)
+            shares = shares or tied
             params += sum(p.numel() for p in own)
             state_bytes += sum(t.numel() * t.element_size()
                                for t in [*own, *module.buffers(recurse=False)])
