@@ -25,7 +25,9 @@ OP_KINDS: dict[str, str] = {
     "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",
     "sub": "elementwise", "div": "elementwise",
     "batchnorm": "elementwise", "dropout": "elementwise", "lstm_cell": "elementwise",
-    "fused_elementwise": "elementwise", "clip": "elementwise",
+    "fused_elementwise": "elementwise", "clip": "elementwise", "erf": "elementwise",
+    "hardswish": "elementwise", "hardsigmoid": "elementwise", "resize": "elementwise",
+    "conv_transpose2d": "conv", "groupnorm": "reduction",
     # reductions and windows
     "max_pool2d": "reduction", "avg_pool2d": "reduction", "global_avg_pool": "reduction",
     "softmax": "reduction", "layernorm": "reduction", "lrn": "reduction",

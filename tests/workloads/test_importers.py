@@ -47,20 +47,20 @@ def test_unknown_operator_is_kept_opaque_with_one_warning(tmp_path: Path) -> Non
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])
     nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
-             helper.make_node("Erf", ["r"], ["e"], name="erf1"),
-             helper.make_node("Erf", ["e"], ["y"], name="erf2")]
+             helper.make_node("Celu", ["r"], ["e"], name="celu1"),
+             helper.make_node("Celu", ["e"], ["y"], name="celu2")]
     model = helper.make_model(helper.make_graph(nodes, "g", [x], [y]))
     path = tmp_path / "m.onnx"
     onnx.save(model, str(path))
-    # relu, erf and erf each move 512 bytes: the two erfs hold two thirds of them
-    with pytest.warns(UserWarning, match=r"without a cost formula \(bytes only\): Erf x2 "
+    # relu, celu and celu each move 512 bytes: the two celus hold two thirds of them
+    with pytest.warns(UserWarning, match=r"without a cost formula \(bytes only\): Celu x2 "
                                          r"\(2 of 4 ops, 66\.7% of the bytes moved\)"):
         g = import_onnx(path, batch=4)
     with pytest.raises(GraphError, match=r"refused under --strict: ops without a cost "
-                                         r"formula \(bytes only\): Erf x2"):
+                                         r"formula \(bytes only\): Celu x2"):
         import_onnx(path, batch=4, strict=True)
-    erf = g.op("erf1")
-    assert erf.kind == "opaque" and erf.bytes_read == 4 * 16 * 4
+    celu = g.op("celu1")
+    assert celu.kind == "opaque" and celu.bytes_read == 4 * 16 * 4
     assert g.op("relu").output.shape == (4, 16)  # symbolic batch took the given value
 
 
@@ -338,3 +338,59 @@ def test_torch_tied_weights_count_once_and_sdpa_is_attention() -> None:
         torch.softmax(q @ k.transpose(-1, -2) / 4.0, dim=-1) @ k
     assert op.kind == "attention"
     assert op.flops == counter.get_total_flops() + 6 * 2 * 4 * 8 * 12  # scale, softmax
+
+
+def test_onnx_layers_once_opaque_have_formulas(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
+    import numpy as np
+    import torch.nn.functional as F
+    from onnx import TensorProto, helper, numpy_helper
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workloads.importers import import_onnx
+
+    def const(name: str, *shape: int):  # type: ignore[no-untyped-def]
+        return numpy_helper.from_array(np.zeros(shape, np.float32), name)
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 5, 5])
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [6, 2, 16])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in (
+        ("up", [2, 4, 22, 22]), ("hs", [2, 4, 11, 11]), ("y", [6, 1, 2, 12]),
+        ("yh", [1, 2, 12]), ("g", [6, 1, 2, 12]), ("gh", [1, 2, 12]))]
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["ct"], name="deconv",
+                         strides=[2, 2], kernel_shape=[3, 3]),
+        helper.make_node("Resize", ["ct", "", "scales"], ["up"], name="up", mode="linear"),
+        helper.make_node("HardSwish", ["ct"], ["hs"], name="hs"),
+        helper.make_node("LSTM", ["s", "W", "R", "B"], ["y", "yh"], name="lstm",
+                         hidden_size=12),
+        helper.make_node("GRU", ["s", "Wg", "Rg"], ["g", "gh"], name="gru", hidden_size=12),
+    ]
+    inits = [const("w", 8, 4, 3, 3), const("b", 4),
+             numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+             const("W", 1, 48, 16), const("R", 1, 48, 12), const("B", 1, 96),
+             const("Wg", 1, 36, 16), const("Rg", 1, 36, 12)]
+    model = helper.make_model(helper.make_graph(nodes, "layers", [x, s], outs, inits))
+    path = tmp_path / "layers.onnx"
+    onnx.save(model, str(path))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no op without a formula
+        g = import_onnx(path)
+    with FlopCounterMode(display=False) as counter:
+        F.conv_transpose2d(torch.zeros(2, 8, 5, 5), torch.zeros(8, 4, 3, 3), stride=2)
+    deconv = g.op("deconv")
+    assert deconv.kind == "conv_transpose2d" and deconv.output.shape == (2, 4, 11, 11)
+    assert deconv.flops == counter.get_total_flops() + 2 * 4 * 11 * 11  # and its bias
+    # linear: 2 neighbours (a product and a sum each) per resized axis; scales: a setting
+    assert g.op("up").kind == "resize" and g.op("up").flops == 2 * 2 * 2 * (2 * 4 * 22 * 22)
+    assert g.op("up").params == 0
+    for name, gates in (("lstm", 4), ("gru", 3)):
+        with FlopCounterMode(display=False) as counter:  # the products, unrolled by hand
+            for _ in range(6):
+                F.linear(torch.zeros(2, 16), torch.zeros(gates * 12, 16))
+                F.linear(torch.zeros(2, 12), torch.zeros(gates * 12, 12))
+        maths = 24 if gates == 4 else 18
+        assert g.op(name).kind == name
+        assert g.op(name).flops == counter.get_total_flops() + 6 * 2 * 12 * (3 * gates + maths)

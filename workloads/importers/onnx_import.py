@@ -21,6 +21,7 @@ from typing import Any
 
 from workloads.errors import GraphError
 from workloads.graph import Graph, Op, Tensor
+from workloads.importers.formulas import recurrent_flops
 
 __all__ = ["import_onnx"]
 
@@ -85,6 +86,37 @@ def _fixed(kind: str, op_class: str, per_element: int) -> Callable[[_Node], tupl
     return cost
 
 
+def _conv_transpose(n: _Node) -> tuple[str, str, int]:
+    """Each input element is scattered through the kernel to every output channel of its
+    group: ``2 * numel(x) * (C_out / groups) * prod(kernel)``, plus the bias."""
+    x, out = n.inputs[0], n.outputs[0]
+    weight = next(t for i, t in n.consts if i == 1) if n.consts else None
+    per_in = _numel(weight) // weight.shape[0] if weight else 0  # (C_in, C_out/g, kh, kw)
+    bias = _numel(out) if any(i == 2 for i, _ in n.consts) else 0
+    return "conv_transpose2d", "conv", 2 * _numel(x) * per_in + bias
+
+
+def _resize(n: _Node) -> tuple[str, str, int]:
+    """Nearest copies; linear and cubic interpolation weigh 2 and 4 neighbours per resized
+    axis (a product and a sum each)."""
+    x, out = n.inputs[0], n.outputs[0]
+    axes = sum(1 for a, b in zip(x.shape, out.shape, strict=False) if a != b)
+    taps = {"nearest": 0, "linear": 2, "cubic": 4}.get(str(n.attrs.get("mode", "nearest")), 0)
+    return "resize", "elementwise", 2 * taps * axes * _numel(out)
+
+
+def _recurrent(gates: int) -> Callable[[_Node], tuple[str, str, int]]:
+    def cost(n: _Node) -> tuple[str, str, int]:
+        x = n.inputs[0]  # (steps, batch, input) as ONNX lays it out by default
+        steps, batch = (x.shape[1], x.shape[0]) if n.attrs.get("layout") else x.shape[:2]
+        directions = 2 if n.attrs.get("direction") == "bidirectional" else 1
+        hidden = int(n.attrs["hidden_size"])
+        flops = recurrent_flops(gates, steps=steps, batch=batch, input_size=x.shape[-1],
+                                hidden=hidden, directions=directions)
+        return ("lstm" if gates == 4 else "gru"), "matmul", flops
+    return cost
+
+
 _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Conv": _conv, "Gemm": _gemm, "MatMul": _matmul,
     "MaxPool": _pool("max_pool2d"), "AveragePool": _pool("avg_pool2d"),
@@ -100,6 +132,11 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Concat": _fixed("concat", "data_movement", 0),
     "Transpose": _fixed("transpose", "data_movement", 0),
     "Pad": _fixed("pad", "data_movement", 0),
+    "LayerNormalization": _fixed("layernorm", "reduction", 8),
+    "GroupNormalization": _fixed("groupnorm", "reduction", 8),
+    "Erf": _elementwise("erf", 4), "HardSwish": _elementwise("hardswish", 4),
+    "HardSigmoid": _elementwise("hardsigmoid", 3), "ConvTranspose": _conv_transpose,
+    "Resize": _resize, "LSTM": _recurrent(4), "GRU": _recurrent(3),
 }
 # Ops that only reinterpret their input: no bytes move.
 _VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
@@ -107,7 +144,7 @@ _VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
 # Inputs at these positions are buffers, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 # Inputs at these positions are settings (read into the op's attributes), not data.
-_SETTING_INPUTS = {"Pad": (1, 2, 3)}
+_SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3)}
 
 
 def _load(path: str | Path) -> Any:
@@ -269,6 +306,8 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
                          f"{missing[0]!r}")
     const_in = [(k, types[t]) for k, t in enumerate(node.input) if t in consts and t in types]
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v  # mode, direction
+             for k, v in attrs.items()}
     attrs = {k: v for k, v in attrs.items() if isinstance(v, int | float | str | list)}
     n = _Node(node.op_type, [types[t] for t in dyn], const_in, outputs, attrs)
     params = buffers = 0

@@ -17,6 +17,7 @@ from typing import Any
 
 from workloads.errors import GraphError
 from workloads.graph import Graph, Op, Tensor
+from workloads.importers.formulas import recurrent_flops
 
 __all__ = ["import_torch"]
 
@@ -296,18 +297,9 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
         x = ins[0]
         steps, batch = (x.shape[1], x.shape[0]) if module.batch_first else (
             x.shape[0], x.shape[1] if len(x.shape) == 3 else 1)
-        h, directions = module.hidden_size, 2 if module.bidirectional else 1
-        flops = 0
-        # Per hidden unit and step, at this importer's rates (sigmoid and tanh 4 FLOPs, a
-        # product or sum 1): LSTM 3 sigmoids, 2 tanh, 3 products, 1 sum; GRU 2 sigmoids, 1
-        # tanh, 3 products, 3 sums.
-        gate_maths = 24 if gates == 4 else 18
-        for layer in range(module.num_layers):
-            width = module.input_size if layer == 0 else h * directions
-            # the gate products (input and hidden), their sum and two biases, the gate maths
-            per_step = 2 * batch * gates * h * (width + h) + 3 * batch * gates * h
-            per_step += batch * h * gate_maths
-            flops += directions * steps * per_step
+        flops = recurrent_flops(gates, steps=steps, batch=batch, input_size=module.input_size,
+                                hidden=module.hidden_size, layers=module.num_layers,
+                                directions=2 if module.bidirectional else 1)
         return ("lstm" if gates == 4 else "gru"), flops
     raise KeyError(type(module).__name__)
 
