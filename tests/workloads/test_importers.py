@@ -394,3 +394,32 @@ def test_onnx_layers_once_opaque_have_formulas(tmp_path: Path) -> None:
         maths = 24 if gates == 4 else 18
         assert g.op(name).kind == name
         assert g.op(name).flops == counter.get_total_flops() + 6 * 2 * 12 * (3 * gates + maths)
+
+
+def test_onnx_shape_arithmetic_folds_once_dimensions_are_bound(tmp_path: Path) -> None:
+    # x.view(x.size(0), -1) as exporters write it: Shape -> Gather -> Unsqueeze -> Concat ->
+    # Reshape. The shape ops are computed on import, never left as ops no device runs.
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from workloads.importers import import_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest"),
+             numpy_helper.from_array(np.zeros((5, 36), np.float32), "w")]
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "zero"], ["n"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["n", "axes"], ["n1"], name="unsqueeze"),
+             helper.make_node("Concat", ["n1", "rest"], ["target"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["flat"], name="reshape"),
+             helper.make_node("Gemm", ["flat", "w"], ["y"], name="fc", transB=1)]
+    inits.append(numpy_helper.from_array(np.array([0], np.int64), "axes"))
+    model = helper.make_model(helper.make_graph(nodes, "view", [x], [y], inits))
+    path = tmp_path / "view.onnx"
+    onnx.save(model, str(path))
+    small, large = import_onnx(path, batch=2), import_onnx(path, batch=8)
+    assert [op.kind for op in small] == ["input", "reshape", "linear"]
+    assert small.op("reshape").output.shape == (2, 36)
+    assert large.flops == 4 * small.flops == 4 * 2 * 2 * 5 * 36

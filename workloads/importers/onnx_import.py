@@ -141,6 +141,8 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
 # Ops that only reinterpret their input: no bytes move.
 _VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
           "Squeeze": "reshape", "Dropout": "dropout", "Identity": "reshape"}
+# Operators whose result is a function of their input's shape alone (known on import).
+_SHAPE_OF = {"Shape", "Size"}
 # Inputs at these positions are buffers, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 # Inputs at these positions are settings (read into the op's attributes), not data.
@@ -193,7 +195,9 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
             if d.dim_param and d.dim_param in values:
                 d.dim_value = int(values[d.dim_param])  # clears dim_param (a oneof)
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        # data_prop: shape arithmetic (Shape, Gather, Concat, ...) is evaluated, so that a
+        # Reshape to a computed shape gets that shape.
+        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
@@ -253,7 +257,8 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
     owners: dict[str, str] = {}
     for i, node in enumerate(model.graph.node):
         live = [t for t in node.input if t and t not in consts]
-        if not live:  # computed from constants alone: fold
+        if not live or node.op_type in _SHAPE_OF:
+            # computed from constants, or from shapes, which are known by now: fold
             consts.update(o for o in node.output if o)
             continue
         op = _op(node, i, types, consts, owners, unknown, path, values)
