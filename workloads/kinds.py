@@ -19,7 +19,7 @@ OP_KINDS: dict[str, str] = {
     # dense algebra
     "linear": "matmul", "matmul": "matmul", "conv2d": "conv", "embedding": "data_movement",
     # whole layers imported as one op (torch's nn.MultiheadAttention, nn.LSTM, nn.GRU)
-    "attention": "matmul", "lstm": "matmul", "gru": "matmul",
+    "attention": "matmul", "lstm": "matmul", "gru": "matmul", "transformer_layer": "matmul",
     # elementwise
     "relu": "elementwise", "tanh": "elementwise", "sigmoid": "elementwise",
     "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",
@@ -27,11 +27,12 @@ OP_KINDS: dict[str, str] = {
     "batchnorm": "elementwise", "dropout": "elementwise", "lstm_cell": "elementwise",
     "fused_elementwise": "elementwise", "clip": "elementwise", "erf": "elementwise",
     "hardswish": "elementwise", "hardsigmoid": "elementwise", "resize": "elementwise",
+    "silu": "elementwise", "relu6": "elementwise",
     "conv_transpose2d": "conv", "groupnorm": "reduction",
     # reductions and windows
     "max_pool2d": "reduction", "avg_pool2d": "reduction", "global_avg_pool": "reduction",
     "softmax": "reduction", "layernorm": "reduction", "lrn": "reduction",
-    "cross_entropy": "reduction",
+    "cross_entropy": "reduction", "reduce": "reduction",
     # layout
     "flatten": "data_movement", "reshape": "data_movement", "transpose": "data_movement",
     "concat": "data_movement", "split": "data_movement", "pad": "data_movement",

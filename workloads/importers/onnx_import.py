@@ -105,6 +105,13 @@ def _resize(n: _Node) -> tuple[str, str, int]:
     return "resize", "elementwise", 2 * taps * axes * _numel(out)
 
 
+def _gather(n: _Node) -> tuple[str, str, int]:
+    """Rows picked from a constant table are an embedding lookup; from a computed tensor,
+    a copy. Either way no arithmetic."""
+    table = any(i == 0 and t.dtype in _FLOAT for i, t in n.consts)
+    return ("embedding" if table else "transpose"), "data_movement", 0
+
+
 def _recurrent(gates: int) -> Callable[[_Node], tuple[str, str, int]]:
     def cost(n: _Node) -> tuple[str, str, int]:
         x = n.inputs[0]  # (steps, batch, input) as ONNX lays it out by default
@@ -133,6 +140,8 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Transpose": _fixed("transpose", "data_movement", 0),
     "Pad": _fixed("pad", "data_movement", 0),
     "LayerNormalization": _fixed("layernorm", "reduction", 8),
+    "InstanceNormalization": _fixed("groupnorm", "reduction", 8),
+    "Gather": _gather,
     "GroupNormalization": _fixed("groupnorm", "reduction", 8),
     "Erf": _elementwise("erf", 4), "HardSwish": _elementwise("hardswish", 4),
     "HardSigmoid": _elementwise("hardsigmoid", 3), "ConvTranspose": _conv_transpose,
@@ -146,7 +155,10 @@ _SHAPE_OF = {"Shape", "Size"}
 # Inputs at these positions are buffers, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 # Inputs at these positions are settings (read into the op's attributes), not data.
-_SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3)}
+_SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3), "LSTM": (4,), "GRU": (4,)}
+# Inputs at these positions are state the op starts from (a recurrent layer's initial
+# hidden and cell states), neither parameters nor settings.
+_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,)}
 
 
 def _load(path: str | Path) -> Any:
@@ -318,7 +330,8 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     params = buffers = 0
     shares = None
     for k, t in const_in:
-        if t.dtype not in _FLOAT or k in _SETTING_INPUTS.get(node.op_type, ()):
+        if t.dtype not in _FLOAT or k in _SETTING_INPUTS.get(node.op_type, ()) \
+                or k in _STATE_INPUTS.get(node.op_type, ()):
             continue
         if t.name in owners:
             shares = owners[t.name]

@@ -25,7 +25,9 @@ _DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": 
            "int64": "int64", "int32": "int32", "int8": "int8", "bool": "bool"}
 
 # Elementwise callables and methods, by name: (kind, FLOPs per output element).
-_ELEMENTWISE = {"relu": ("relu", 1), "gelu": ("gelu", 8), "sigmoid": ("sigmoid", 4),
+_ELEMENTWISE = {"relu": ("relu", 1), "relu6": ("relu6", 2), "silu": ("silu", 5),
+                "hardswish": ("hardswish", 4), "hardsigmoid": ("hardsigmoid", 3),
+                "gelu": ("gelu", 8), "sigmoid": ("sigmoid", 4),
                 "tanh": ("tanh", 4), "add": ("add", 1), "iadd": ("add", 1),
                 "mul": ("mul", 1), "sub": ("add", 1), "truediv": ("mul", 1),
                 "div": ("mul", 1), "dropout": ("dropout", 0)}
@@ -33,6 +35,9 @@ _ELEMENTWISE = {"relu": ("relu", 1), "gelu": ("gelu", 8), "sigmoid": ("sigmoid",
 _VIEWS = {"view", "reshape", "flatten", "contiguous", "unsqueeze", "squeeze", "expand",
           "getitem"}
 _MOVES = {"transpose", "permute", "cat", "concat", "chunk", "split"}
+# Functions that make a tensor from no tensor (its shape from plain numbers).
+_CREATORS = {"arange", "zeros", "ones", "full", "empty", "eye", "ones_like", "zeros_like",
+             "tril", "triu"}
 
 
 def _tensor(name: str, meta: Any) -> Tensor | None:
@@ -53,10 +58,25 @@ def _module_cost(module: Any, out: Tensor, ins: list[Tensor]) -> tuple[str, str,
     if isinstance(module, nn.Linear):
         bias = _numel(out) if module.bias is not None else 0
         return "linear", "matmul", 2 * _numel(out) * module.in_features + bias
-    if isinstance(module, nn.Conv2d):
+    if isinstance(module, nn.Conv1d | nn.Conv2d):
         per_out = module.in_channels // module.groups * math.prod(module.kernel_size)
         bias = _numel(out) if module.bias is not None else 0
         return "conv2d", "conv", 2 * _numel(out) * per_out + bias
+    if isinstance(module, nn.ConvTranspose2d):
+        # each input element scattered through the kernel to its group's output channels
+        per_in = module.out_channels // module.groups * math.prod(module.kernel_size)
+        bias = _numel(out) if module.bias is not None else 0
+        return "conv_transpose2d", "conv", 2 * _numel(ins[0]) * per_in + bias
+    if isinstance(module, nn.GroupNorm):
+        return "groupnorm", "reduction", 8 * _numel(out)
+    if isinstance(module, nn.Upsample):
+        return "resize", "elementwise", _interpolation(module.mode, ins[0], out)
+    if isinstance(module, nn.TransformerEncoderLayer):
+        return "transformer_layer", "matmul", _encoder_layer(module, out)
+    if isinstance(module, nn.TransformerEncoder):
+        norm = 8 * _numel(out) if module.norm is not None else 0
+        return "transformer_layer", "matmul", norm + sum(
+            _encoder_layer(layer, out) for layer in module.layers)
     if isinstance(module, nn.BatchNorm2d | nn.BatchNorm1d):
         return "batchnorm", "elementwise", 2 * _numel(out)
     if isinstance(module, nn.LayerNorm):
@@ -86,6 +106,12 @@ def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, st
         return "linear", "matmul", 2 * _numel(out) * ins[0].shape[-1]
     if target == "softmax":
         return "softmax", "reduction", 5 * _numel(out)
+    if target in ("sum", "mean") and ins:  # one sum per input element (mean: and a scale)
+        return "reduce", "reduction", _numel(ins[0]) + (_numel(out) if target == "mean" else 0)
+    if target in ("layer_norm", "group_norm"):
+        return target.replace("_", ""), "reduction", 8 * _numel(out)
+    if target == "interpolate":
+        return "resize", "elementwise", _interpolation("nearest", ins[0], out)
     if target == "scaled_dot_product_attention":  # q (..., L, d), k (..., S, d), v (..., S, dv)
         q, k = ins[0], ins[1] if len(ins) > 1 else ins[0]
         scores = _numel(q) // q.shape[-1] * k.shape[-2]  # one per (batch, head, query, key)
@@ -98,6 +124,76 @@ def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, st
     if target in _MOVES:
         return ("concat" if target in ("cat", "concat") else "transpose"), "data_movement", 0
     raise KeyError(target)
+
+
+def _interpolation(mode: str, x: Tensor, out: Tensor) -> int:
+    """Nearest copies; (bi/tri)linear and bicubic weigh 2 and 4 neighbours per resized axis
+    (a product and a sum each), as the ONNX importer counts Resize."""
+    axes = sum(1 for a, b in zip(x.shape, out.shape, strict=False) if a != b)
+    taps = 4 if "cubic" in mode else 2 if "linear" in mode else 0
+    return 2 * taps * axes * _numel(out)
+
+
+def _encoder_layer(layer: Any, out: Tensor) -> int:
+    """A transformer encoder layer, imported whole (its fast path defeats tracing): self
+    attention (as :func:`_layer_cost` counts it), the two feed-forward products with their
+    biases and activation, two layer norms and two residual sums."""
+    attention = layer.self_attn
+    e = attention.embed_dim
+    tokens = _numel(out) // e
+    length = out.shape[1] if attention.batch_first else out.shape[0]
+    batch = tokens // length
+    ff = layer.linear1.out_features
+    flops = 8 * tokens * e * e + 4 * batch * length * length * e  # projections, scores
+    flops += 5 * batch * attention.num_heads * length * length + 4 * tokens * e
+    flops += 4 * tokens * e * ff + tokens * (ff + e)  # feed-forward products and biases
+    flops += 8 * tokens * ff  # activation (gelu's rate; relu is cheaper)
+    return flops + 2 * 8 * tokens * e + 2 * tokens * e  # norms, residual sums
+
+
+class _Tracer:
+    """torch.fx's tracer with the layers imported whole kept as leaves."""
+
+    @staticmethod
+    def whole() -> tuple[type, ...]:
+        import torch.nn as nn
+
+        return (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention,
+                nn.LSTM, nn.GRU)
+
+    @staticmethod
+    def make() -> Any:
+        import torch.fx as fx
+
+        whole = _Tracer.whole()
+
+        class Tracer(fx.Tracer):  # type: ignore[misc]
+            def is_leaf_module(self, m: Any, qualname: str) -> bool:
+                return isinstance(m, whole) or super().is_leaf_module(m, qualname)
+
+        return Tracer()
+
+    @staticmethod
+    def wrapped(module: Any, inputs: int) -> tuple[Any, dict[str, None] | None]:
+        """The module to trace and the arguments to hold fixed: ``module`` itself, or, where
+        it is a layer imported whole, a module calling it with its ``inputs`` inputs (the
+        root of a trace is traced through, never a leaf)."""
+        import torch.nn as nn
+
+        if not isinstance(module, _Tracer.whole()):
+            return module, None
+
+        class Whole(nn.Module):
+            def __init__(self, inner: Any) -> None:
+                super().__init__()
+                self.layer = inner
+
+            def forward(self, x: Any, y: Any = None, z: Any = None) -> Any:
+                return self.layer(*(x, y, z)[:inputs])
+
+        # fx gives every parameter a placeholder: the unused ones are held at None
+        unused = ("y", "z")[inputs - 1:] if inputs < 3 else ()
+        return Whole(module), dict.fromkeys(unused)
 
 
 def values_itemsize(t: Tensor) -> int:
@@ -144,7 +240,9 @@ def import_torch(module: Any, example_inputs: Any, *,
                          f"tensor or a sequence of tensors, got "
                          f"{type(example_inputs).__name__}")
     try:
-        traced = fx.symbolic_trace(module)
+        root, fixed = _Tracer.wrapped(module, len(example_inputs))
+        graph = _Tracer.make().trace(root, concrete_args=fixed)
+        traced = fx.GraphModule(root, graph, type(module).__name__)
         ShapeProp(traced).propagate(*example_inputs)
     except Exception as err:  # tracing raises many unrelated types
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
@@ -191,6 +289,9 @@ def _convert(traced: Any, graph_name: str) -> Graph:
             values[node.name] = out
         elif node.op == "get_attr" and out is not None:
             constants[node.name] = _numel(out)
+        elif node.op == "call_function" and _target_name(node) in _CREATORS \
+                and not any(a.name in values for a in node.all_input_nodes):
+            continue  # a tensor made from nothing (positions, masks): not work to place
         elif node.op in ("call_module", "call_function", "call_method") and out is not None:
             op = _node_op(node, out, values, constants, owners, modules, unknown)
             ops.append(op)
@@ -323,11 +424,11 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
     try:
         if node.op == "call_module":
             module = modules[node.target]
-            own, tied = _own_parameters(module.parameters(recurse=False), node.name, owners)
+            # a leaf's sub-layers too (a transformer layer imported whole holds them)
+            own, tied = _own_parameters(module.parameters(), node.name, owners)
             shares = shares or tied
             params += sum(p.numel() for p in own)
-            state_bytes += sum(t.numel() * t.element_size()
-                               for t in [*own, *module.buffers(recurse=False)])
+            state_bytes += sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
             kind, op_class, flops = _module_cost(module, out, ins)
             if kind == "dropout":
                 view = True

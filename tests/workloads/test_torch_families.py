@@ -1,0 +1,160 @@
+"""Models written here, imported through torch.fx and through ONNX export: parameters exact
+(unique tensors), and FLOPs against torch's own FLOP counter (math attention backend)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+nn = torch.nn
+
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from workloads.importers.torch_import import import_torch  # noqa: E402
+
+
+class SeparableCNN(nn.Module):
+    """Depthwise-separable blocks, group norm, hardswish, SiLU, a transposed convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 32, 3, stride=2, padding=1, bias=False)
+        self.bn, self.act = nn.BatchNorm2d(32), nn.Hardswish()
+        self.dw = nn.Conv2d(32, 32, 3, padding=1, groups=32, bias=False)
+        self.pw = nn.Conv2d(32, 64, 1, bias=False)
+        self.gn, self.silu = nn.GroupNorm(8, 64), nn.SiLU()
+        self.up = nn.ConvTranspose2d(64, 16, 2, stride=2, bias=False)
+        self.line = nn.Conv1d(16, 8, 3, bias=False)
+        self.fc = nn.Linear(8, 10, bias=False)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        x = self.act(self.bn(self.stem(x)))
+        x = self.up(self.silu(self.gn(self.pw(self.dw(x)))))
+        x = self.line(torch.flatten(x, 2))
+        return self.fc(x.mean(dim=2))
+
+
+class MiniGPT(nn.Module):
+    """Token and position embeddings, encoder layers, an output layer tied to the tokens'."""
+
+    def __init__(self, vocab: int = 100, d: int = 64, layers: int = 2) -> None:
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Embedding(32, d)
+        self.blocks = nn.ModuleList([nn.TransformerEncoderLayer(
+            d, 4, 4 * d, batch_first=True, activation="gelu") for _ in range(layers)])
+        self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids):  # type: ignore[no-untyped-def]
+        x = self.emb(ids) + self.pos(torch.arange(ids.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+class SmallViT(nn.Module):
+    """Patches by convolution, a class token and positions as bare parameters."""
+
+    def __init__(self, d: int = 48) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, d, 8, stride=8)
+        self.cls = nn.Parameter(torch.zeros(1, 1, d))
+        self.pos = nn.Parameter(torch.zeros(1, 17, d))
+        self.attn = nn.MultiheadAttention(d, 4, batch_first=True)
+        self.norm, self.head = nn.LayerNorm(d), nn.Linear(d, 10)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        x = self.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
+        a, _ = self.attn(x, x, x)
+        return self.head(self.norm(x + a)[:, 0])
+
+
+class LSTMLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(100, 32)
+        self.rnn = nn.LSTM(32, 64, num_layers=2, batch_first=True)
+        self.out = nn.Linear(64, 100)
+
+    def forward(self, ids):  # type: ignore[no-untyped-def]
+        y, _ = self.rnn(self.emb(ids))
+        return self.out(y)
+
+
+def counted(net, x) -> int:  # type: ignore[no-untyped-def]
+    """Matrix-product and convolution FLOPs as torch counts them (math attention)."""
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        net(x)
+    return counter.get_total_flops()
+
+
+def imported(net, x):  # type: ignore[no-untyped-def]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every op has a formula: no warning
+        return import_torch(net, x)
+
+
+def dense(graph) -> int:  # type: ignore[no-untyped-def]
+    return sum(op.flops for op in graph if op.op_class in ("matmul", "conv"))
+
+
+CASES = [(SeparableCNN, lambda: torch.zeros(2, 3, 32, 32)),
+         (MiniGPT, lambda: torch.zeros(2, 16, dtype=torch.long)),
+         (SmallViT, lambda: torch.zeros(2, 3, 32, 32)),
+         (LSTMLM, lambda: torch.zeros(2, 12, dtype=torch.long))]
+
+
+@pytest.mark.parametrize(("model", "example"), CASES, ids=lambda c: getattr(c, "__name__", ""))
+def test_parameters_are_exact_through_fx(model, example) -> None:  # type: ignore[no-untyped-def]
+    net = model()
+    assert imported(net, example()).params == sum(p.numel() for p in net.parameters())
+
+
+def test_cnn_convolution_and_product_flops_match_torchs_counter() -> None:
+    net, x = SeparableCNN(), torch.zeros(2, 3, 32, 32)
+    ours, torchs = dense(imported(net, x)), counted(net, x)
+    assert abs(ours - torchs) <= 0.01 * torchs  # no biases: the products alone
+
+
+@pytest.mark.parametrize(("model", "example", "extra"), [
+    (MiniGPT, lambda: torch.zeros(2, 16, dtype=torch.long), 0.05),
+    (SmallViT, lambda: torch.zeros(2, 3, 32, 32), 0.05)], ids=["MiniGPT", "SmallViT"])
+def test_transformer_flops_are_torchs_products_plus_their_own_maths(model, example,
+                                                                    extra) -> None:  # type: ignore[no-untyped-def]
+    # Layers imported whole also charge their biases, softmax, norms and activation:
+    # beyond torch's products by a few percent, never below them.
+    net, x = model(), example()
+    ours, torchs = dense(imported(net, x)), counted(net, x)
+    assert torchs <= ours <= (1 + extra) * torchs
+
+
+def test_an_lstm_language_model_imports_alike_through_onnx(tmp_path: Path) -> None:
+    pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    from workloads.importers import import_onnx
+
+    net, x = LSTMLM().eval(), torch.zeros(2, 12, dtype=torch.long)
+    path = tmp_path / "lm.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's own notes
+        torch.onnx.export(net, (x,), str(path), dynamo=False)
+    via_onnx, via_fx = import_onnx(path), imported(net, x)
+    assert via_onnx.params == via_fx.params == sum(p.numel() for p in net.parameters())
+    assert [op.kind for op in via_onnx if op.kind == "lstm"] == ["lstm", "lstm"]
+    # one LSTM op per layer in ONNX, one for both in torch: the same products and maths
+    lstm = sum(op.flops for op in via_onnx if op.kind == "lstm")
+    assert lstm == via_fx.op("rnn").flops
+
+
+def test_a_whole_transformer_encoder_is_one_op_with_its_layers_cost() -> None:
+    layer = nn.TransformerEncoderLayer(32, 4, 64, batch_first=True)
+    encoder = nn.TransformerEncoder(layer, 3, norm=nn.LayerNorm(32), enable_nested_tensor=False)
+    x = torch.zeros(2, 5, 32)
+    whole = imported(encoder, x)
+    assert whole.params == sum(p.numel() for p in encoder.parameters())
+    (op,) = [o for o in whole if o.kind == "transformer_layer"]
+    assert counted(encoder, x) <= op.flops <= 1.1 * counted(encoder, x)
