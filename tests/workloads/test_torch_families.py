@@ -158,3 +158,35 @@ def test_a_whole_transformer_encoder_is_one_op_with_its_layers_cost() -> None:
     assert whole.params == sum(p.numel() for p in encoder.parameters())
     (op,) = [o for o in whole if o.kind == "transformer_layer"]
     assert counted(encoder, x) <= op.flops <= 1.1 * counted(encoder, x)
+
+
+class PlainCNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 32, 3, stride=2)
+        self.up = nn.ConvTranspose2d(32, 8, 2, stride=2)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        x = self.up(torch.relu(self.c2(torch.relu(self.c1(x)))))
+        return self.fc(x.mean(dim=(2, 3)))
+
+
+@pytest.mark.parametrize(("model", "example", "within"), [
+    (PlainCNN, lambda: torch.zeros(2, 3, 32, 32), 0.02),
+    (SmallViT, lambda: torch.zeros(2, 3, 32, 32), 0.02),
+    (MiniGPT, lambda: torch.zeros(2, 16, dtype=torch.long), 0.05)],
+    ids=["PlainCNN", "SmallViT", "MiniGPT"])
+def test_a_training_step_matches_torchs_forward_and_backward(model, example,
+                                                            within) -> None:  # type: ignore[no-untyped-def]
+    # Backward products: one forward's worth per gradient computed (each activation
+    # operand's, the weights'). Torch's counter overcounts grouped convolutions' weight
+    # gradients (it ignores the groups), so the depthwise CNN is left out here.
+    from workloads import training_graph
+
+    net, x = model(), example()
+    step = training_graph(imported(net, x), "sgd")
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        net(x).float().sum().backward()
+    torchs = counter.get_total_flops()
+    assert abs(dense(step) - torchs) <= within * torchs
