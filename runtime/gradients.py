@@ -19,7 +19,7 @@ from typing import Any
 
 from array_api_compat import device as _device
 
-from runtime.kernels import registrar, windows  # windows: the forward's im2col views
+from runtime.kernels import hard_slope, registrar, windows  # windows: the im2col views
 from workloads.errors import GraphError
 from workloads.op import Op
 
@@ -183,6 +183,30 @@ def _sigmoid(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Arr
 def _tanh(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
     t = xp.tanh(x[0])
     return [dy * (1.0 - t * t)], {}
+
+
+@_grad("hardsigmoid")
+@_grad("hardswish")
+def _hard(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
+    alpha, beta = hard_slope(op)
+    v = x[0]
+    z = alpha * v + beta
+    inside = xp.astype((z > 0) & (z < 1), dy.dtype)
+    if op.kind == "hardsigmoid":
+        return [dy * alpha * inside], {}
+    gate = xp.clip(z, 0.0, 1.0)
+    return [dy * (gate + v * alpha * inside)], {}
+
+
+@_grad("silu")
+def _silu(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
+    s = 1.0 / (1.0 + xp.exp(-x[0]))
+    return [dy * s * (1.0 + x[0] * (1.0 - s))], {}
+
+
+@_grad("relu6")
+def _relu6(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array]) -> Grads:
+    return [dy * xp.astype((x[0] > 0) & (x[0] < 6), dy.dtype)], {}
 
 
 @_grad("gelu")

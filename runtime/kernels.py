@@ -329,6 +329,39 @@ def _clip(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tup
     return (xp.clip(args[0], op.attrs.get("min"), op.attrs.get("max")),)
 
 
+def hard_slope(op: Op) -> tuple[float, float]:
+    """(alpha, beta) of a hard sigmoid ``clip(alpha * x + beta, 0, 1)``: ONNX's defaults
+    (0.2, 0.5) unless the op says otherwise (torch's import says 1/6, 0.5); HardSwish's
+    are fixed at (1/6, 0.5)."""
+    if op.kind == "hardswish":
+        return 1.0 / 6.0, 0.5
+    return float(op.attrs.get("alpha", 0.2)), float(op.attrs.get("beta", 0.5))
+
+
+@kernel("hardsigmoid")
+def _hardsigmoid(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+                 ) -> tuple[Array]:
+    alpha, beta = hard_slope(op)
+    return (xp.clip(alpha * args[0] + beta, 0.0, 1.0),)
+
+
+@kernel("hardswish")
+def _hardswish(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
+               ) -> tuple[Array]:
+    alpha, beta = hard_slope(op)
+    return (args[0] * xp.clip(alpha * args[0] + beta, 0.0, 1.0),)
+
+
+@kernel("silu")
+def _silu(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (args[0] / (1.0 + xp.exp(-args[0])),)
+
+
+@kernel("relu6")
+def _relu6(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]) -> tuple[Array]:
+    return (xp.clip(args[0], 0.0, 6.0),)
+
+
 @kernel("dropout")
 def _identity(xp: Any, op: Op, args: Sequence[Array], w: Mapping[str, Array]
               ) -> tuple[Array]:

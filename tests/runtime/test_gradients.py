@@ -255,3 +255,18 @@ def test_split_gradient_equals_torch(xp, sizes, axis, squeeze) -> None:
         pieces = [p.squeeze(axis) for p in pieces]
     sum((p * torch.tensor(d)).sum() for p, d in zip(pieces, dys, strict=True)).backward()
     np.testing.assert_allclose(np.asarray(got), t.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize(("kind", "attrs", "fn"), [
+    ("silu", {}, F.silu), ("relu6", {}, F.relu6), ("hardswish", {}, F.hardswish),
+    ("hardsigmoid", {"alpha": 1 / 6, "beta": 0.5}, F.hardsigmoid),  # torch's slope
+    ("hardsigmoid", {}, lambda v: torch.clamp(0.2 * v + 0.5, 0, 1)),  # ONNX's default
+])
+def test_hard_and_smooth_activations_match_torch(xp, kind, attrs, fn) -> None:
+    # values spread over the kinks (0, +-3, 6) but never on them
+    x = rng().uniform(-8, 8, (4, 9))
+    op = Op("a", kind, "elementwise", inputs=("x",), outputs=(Tensor("a", (4, 9), "fp64"),),
+            attrs=attrs)
+    np.testing.assert_allclose(np.asarray(run_kernel(np, op, [x], {})[0]),
+                               fn(torch.tensor(x)).numpy(), rtol=1e-12, atol=1e-12)
+    _check(xp, op, fn, [x], {}, rtol=1e-7)  # torch's hardsigmoid slope is a float32 1/6

@@ -154,3 +154,25 @@ def test_pad_in_a_mode_without_a_kernel_is_named(tmp_path) -> None:
     with pytest.raises(PlacelabError, match="op 'pad': pad needs attrs 'pads' and 'value' to "
                                             "run"):
         execute(plan(graph, engine.cluster(), "single_device"), engine)
+
+
+def test_hard_activations_agree_with_onnxruntime(tmp_path) -> None:
+    from onnx import TensorProto
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], name="hs", alpha=0.3, beta=0.4),
+             helper.make_node("HardSigmoid", ["h"], ["d"], name="hs_default"),
+             helper.make_node("HardSwish", ["d"], ["y"], name="swish")]
+    path = tmp_path / "hard.onnx"
+    model = helper.make_model(helper.make_graph(nodes, "hard", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # what the onnxruntime here reads
+    onnx.save(model, str(path))
+    graph = import_onnx(path)
+    values = np.random.default_rng(4).uniform(-6, 6, (2, 3, 4)).astype(np.float32)
+    engine = NumpyEngine(devices=1)
+    ours = execute(plan(graph, engine.cluster(), "single_device"), engine,
+                   inputs={"x": values}, warmup=0, repeats=1).outputs["y"]
+    theirs = ort.InferenceSession(str(path)).run(None, {"x": values})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-7)

@@ -441,9 +441,11 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
         unknown[label] = unknown.get(label, 0) + 1
         kind, op_class, flops = "opaque", "data_movement", 0
     param_bytes = state_bytes
+    hard = {"alpha": 1.0 / 6.0, "beta": 0.5} if kind == "hardsigmoid" else {}  # torch's
     return Op(name=node.name, kind=kind, op_class=op_class,
               inputs=tuple(dict.fromkeys(t.name for t in ins)), outputs=(out,),
-              attrs={"torch": f"{node.op}:{target}", **({"shares": shares} if shares else {})},
+              attrs={"torch": f"{node.op}:{target}", **hard,
+                     **({"shares": shares} if shares else {})},
               flops=int(flops), params=params, param_bytes=param_bytes,
               bytes_read=0 if view else sum(t.nbytes for t in ins) + param_bytes,
               bytes_written=0 if view else out.nbytes)
