@@ -191,7 +191,7 @@ class _Tracer:
             def forward(self, x: Any, y: Any = None, z: Any = None) -> Any:
                 return self.layer(*(x, y, z)[:inputs])
 
-        # fx gives every parameter a placeholder: the unused ones are held at None
+        # fx makes an input of every parameter of forward: the unused ones are held at None
         unused = ("y", "z")[inputs - 1:] if inputs < 3 else ()
         return Whole(module), dict.fromkeys(unused)
 
