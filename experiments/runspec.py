@@ -80,9 +80,13 @@ class RunSpec:
     @classmethod
     def make(cls, model: str, cluster: str | Cluster, policy: str, *,
              graph_file: str | Path | None = None, cost_file: str | Path | None = None,
-             **fields: Any) -> RunSpec:
+             batch: int = 1, seq_len: int | None = None, dtype: str = "fp32",
+             train: bool = False, optimizer: str = "sgd", colocate: str = "ops",
+             passes: tuple[str, ...] = (), cost: str = "roofline", links: str = "fcfs",
+             order: str = "plan", seed: int | None = None, variant: str = "") -> RunSpec:
         """A spec for zoo model ``model`` (or the graph in ``graph_file``, ``model`` then
-        naming it) on ``cluster`` (a name, or a :class:`~hwmodels.Cluster` itself)."""
+        naming it) on ``cluster`` (a name, or a :class:`~hwmodels.Cluster` itself); the
+        other fields as the class has them."""
         from hwmodels.registry import get_cluster
 
         c = get_cluster(cluster) if isinstance(cluster, str) else cluster
@@ -95,9 +99,12 @@ class RunSpec:
         cost_hash = ""
         if cost_file is not None:
             cost_hash = _file_hash(cost_file)
-        return cls(model=model, cluster=c.name, policy=policy, cluster_toml=cluster_toml(c),
-                   graph_json=graph_json, cost_file=None if cost_file is None else str(cost_file),
-                   cost_hash=cost_hash, **fields)
+        return cls(model=model, cluster=c.name, policy=policy, batch=batch, seq_len=seq_len,
+                   dtype=dtype, train=train, optimizer=optimizer, colocate=colocate,
+                   passes=tuple(passes), cost=cost,
+                   cost_file=None if cost_file is None else str(cost_file),
+                   cost_hash=cost_hash, links=links, order=order, seed=seed, variant=variant,
+                   cluster_toml=cluster_toml(c), graph_json=graph_json)
 
     @functools.cached_property
     def key(self) -> str:
