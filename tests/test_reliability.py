@@ -229,7 +229,10 @@ def test_a_gantt_of_a_graph_named_like_mathtext(tmp_path) -> None:
 
 
 def test_ctrl_c_ends_with_one_line_and_status_130(tmp_path) -> None:
-    script = ("import time, experiments.cli as c\n"
+    # A child started in the background inherits SIGINT ignored: restore Ctrl-C's default
+    # so the test sees what a terminal user does.
+    script = ("import signal, time, experiments.cli as c\n"
+              "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
               "c.cmd_list = lambda a: time.sleep(30)\n"
               "raise SystemExit(c.main(['list', 'models']))\n")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE,
