@@ -21,7 +21,7 @@ from typing import Any
 
 from workloads.errors import GraphError
 from workloads.graph import Graph, Op, Tensor
-from workloads.importers.formulas import recurrent_flops
+from workloads.importers.formulas import interpolation_flops, recurrent_flops
 
 __all__ = ["import_onnx"]
 
@@ -97,12 +97,9 @@ def _conv_transpose(n: _Node) -> tuple[str, str, int]:
 
 
 def _resize(n: _Node) -> tuple[str, str, int]:
-    """Nearest copies; linear and cubic interpolation weigh 2 and 4 neighbours per resized
-    axis (a product and a sum each)."""
-    x, out = n.inputs[0], n.outputs[0]
-    axes = sum(1 for a, b in zip(x.shape, out.shape, strict=False) if a != b)
-    taps = {"nearest": 0, "linear": 2, "cubic": 4}.get(str(n.attrs.get("mode", "nearest")), 0)
-    return "resize", "elementwise", 2 * taps * axes * _numel(out)
+    mode = str(n.attrs.get("mode", "nearest"))
+    return "resize", "elementwise", interpolation_flops(mode, n.inputs[0].shape,
+                                                        n.outputs[0].shape)
 
 
 def _gather(n: _Node) -> tuple[str, str, int]:

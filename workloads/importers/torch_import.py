@@ -17,7 +17,11 @@ from typing import Any
 
 from workloads.errors import GraphError
 from workloads.graph import Graph, Op, Tensor
-from workloads.importers.formulas import recurrent_flops
+from workloads.importers.formulas import (
+    attention_flops,
+    interpolation_flops,
+    recurrent_flops,
+)
 
 __all__ = ["import_torch"]
 
@@ -70,7 +74,7 @@ def _module_cost(module: Any, out: Tensor, ins: list[Tensor]) -> tuple[str, str,
     if isinstance(module, nn.GroupNorm):
         return "groupnorm", "reduction", 8 * _numel(out)
     if isinstance(module, nn.Upsample):
-        return "resize", "elementwise", _interpolation(module.mode, ins[0], out)
+        return "resize", "elementwise", interpolation_flops(module.mode, ins[0].shape, out.shape)
     if isinstance(module, nn.TransformerEncoderLayer):
         return "transformer_layer", "matmul", _encoder_layer(module, out)
     if isinstance(module, nn.TransformerEncoder):
@@ -111,7 +115,7 @@ def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, st
     if target in ("layer_norm", "group_norm"):
         return target.replace("_", ""), "reduction", 8 * _numel(out)
     if target == "interpolate":
-        return "resize", "elementwise", _interpolation("nearest", ins[0], out)
+        return "resize", "elementwise", interpolation_flops("nearest", ins[0].shape, out.shape)
     if target == "scaled_dot_product_attention":  # q (..., L, d), k (..., S, d), v (..., S, dv)
         q, k = ins[0], ins[1] if len(ins) > 1 else ins[0]
         scores = _numel(q) // q.shape[-1] * k.shape[-2]  # one per (batch, head, query, key)
@@ -126,26 +130,18 @@ def _function_cost(target: str, out: Tensor, ins: list[Tensor]) -> tuple[str, st
     raise KeyError(target)
 
 
-def _interpolation(mode: str, x: Tensor, out: Tensor) -> int:
-    """Nearest copies; (bi/tri)linear and bicubic weigh 2 and 4 neighbours per resized axis
-    (a product and a sum each), as the ONNX importer counts Resize."""
-    axes = sum(1 for a, b in zip(x.shape, out.shape, strict=False) if a != b)
-    taps = 4 if "cubic" in mode else 2 if "linear" in mode else 0
-    return 2 * taps * axes * _numel(out)
-
-
 def _encoder_layer(layer: Any, out: Tensor) -> int:
     """A transformer encoder layer, imported whole (its fast path defeats tracing): self
-    attention (as :func:`_layer_cost` counts it), the two feed-forward products with their
-    biases and activation, two layer norms and two residual sums."""
+    attention, the two feed-forward products with their biases and activation, two layer
+    norms and two residual sums."""
     attention = layer.self_attn
     e = attention.embed_dim
     tokens = _numel(out) // e
     length = out.shape[1] if attention.batch_first else out.shape[0]
     batch = tokens // length
     ff = layer.linear1.out_features
-    flops = 8 * tokens * e * e + 4 * batch * length * length * e  # projections, scores
-    flops += 5 * batch * attention.num_heads * length * length + 4 * tokens * e
+    flops = attention_flops(batch=batch, length=length, source=length, embed=e, kdim=e,
+                            vdim=e, heads=attention.num_heads)
     flops += 4 * tokens * e * ff + tokens * (ff + e)  # feed-forward products and biases
     flops += 8 * tokens * ff  # activation (gelu's rate; relu is cheaper)
     return flops + 2 * 8 * tokens * e + 2 * tokens * e  # norms, residual sums
@@ -384,15 +380,12 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
 
     if isinstance(module, nn.MultiheadAttention):
         q, kv = ins[0], (ins[1] if len(ins) > 1 else ins[0])
-        e = module.embed_dim
-        tokens, keys = _numel(q) // e, _numel(kv) // module.kdim
         length = q.shape[1] if module.batch_first else q.shape[0]
         source = kv.shape[1] if module.batch_first else kv.shape[0]
-        batch = tokens // length
-        projections = 2 * e * (tokens * (e + e) + keys * (module.kdim + module.vdim))
-        scores = 2 * 2 * batch * length * source * e  # Q.K^T and A.V
-        softmax = 5 * batch * module.num_heads * length * source
-        return "attention", projections + scores + softmax + 4 * tokens * e
+        return "attention", attention_flops(
+            batch=_numel(q) // module.embed_dim // length, length=length, source=source,
+            embed=module.embed_dim, kdim=module.kdim, vdim=module.vdim,
+            heads=module.num_heads)
     if isinstance(module, nn.LSTM | nn.GRU):
         gates = 4 if isinstance(module, nn.LSTM) else 3
         x = ins[0]
