@@ -115,6 +115,10 @@ class RunSpec:
         data["passes"] = list(self.passes)
         return _sha(json.dumps(data, sort_keys=True))
 
+    def built_cluster(self) -> Cluster:
+        """The cluster rebuilt from the definition the spec carries (once per process)."""
+        return _cluster(self.cluster_toml, self.cluster)
+
     @property
     def step(self) -> str:
         return f"train.{self.optimizer}" if self.train else "forward"
@@ -208,7 +212,7 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
     from policies.bounds import lower_bound
     from sim.engine import simulate
 
-    cluster = _cluster(spec.cluster_toml, spec.cluster)
+    cluster = spec.built_cluster()
     graph = _graph(spec.model, spec.batch, spec.seq_len, spec.dtype, spec.train,
                    spec.optimizer, spec.colocate, spec.passes, spec.graph_json)
     cost = _cost(spec, cluster)

@@ -280,8 +280,6 @@ def environment(specs: Sequence[RunSpec]) -> dict[str, Any]:
             versions[package] = version(package)
         except PackageNotFoundError:
             versions[package] = None  # type: ignore[assignment]
-    from experiments.runspec import _cluster
-
     clusters = {f"{s.cluster}{' ' + s.variant if s.variant else ''}":
-                _cluster(s.cluster_toml, s.cluster).definition_hash for s in specs}
+                s.built_cluster().definition_hash for s in specs}
     return {**provenance(), "versions": versions, "clusters": clusters, "cells": len(specs)}
