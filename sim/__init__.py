@@ -18,12 +18,18 @@ if TYPE_CHECKING:
     from sim.gantt import plot_gantt
     from sim.options import LINK_MODELS, ORDERS
     from sim.result import TRACE_COLUMNS, SimResult, TraceColumns, chrome_trace
+    from sim.sharing import SHARING, SharingPolicy, make_sharing, register_sharing
+    from sim.tenants import Job, TenantResult, jain_index, simulate_jobs
 
 _WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "result",
           "SimResult": "result", "TraceColumns": "result", "chrome_trace": "result",
-          "plot_gantt": "gantt", "simulate": "engine"}
+          "plot_gantt": "gantt", "simulate": "engine", "SHARING": "sharing",
+          "SharingPolicy": "sharing", "make_sharing": "sharing",
+          "register_sharing": "sharing", "Job": "tenants", "TenantResult": "tenants",
+          "jain_index": "tenants", "simulate_jobs": "tenants"}
 
-__all__ = ["LINK_MODELS", "ORDERS", "TRACE_COLUMNS", "SimResult", "TraceColumns", "chrome_trace",
-           "plot_gantt", "simulate"]
+__all__ = ["LINK_MODELS", "ORDERS", "SHARING", "TRACE_COLUMNS", "Job", "SharingPolicy",
+           "SimResult", "TenantResult", "TraceColumns", "chrome_trace", "jain_index",
+           "make_sharing", "plot_gantt", "register_sharing", "simulate", "simulate_jobs"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

@@ -29,7 +29,7 @@ Model (documented in the README and tested in ``tests/sim``):
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -42,7 +42,7 @@ from policies.plans import Plan
 from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS, ORDERS
 from sim.result import SimResult, TraceColumns
-from workloads.arrays import GraphArrays
+from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 
@@ -50,21 +50,20 @@ __all__ = ["ORDERS", "simulate"]
 
 
 class _Simulation:
-    """One run in plan order; :class:`_PrioritySimulation` overrides the issue rule."""
+    """One run in plan order; :class:`_PrioritySimulation` overrides the issue rule.
 
-    def __init__(self, plan: Plan, cluster: Cluster, cost: CostModel) -> None:
+    Device indices are positions in ``devices``: a cluster's devices for one job; for
+    several (:mod:`sim.tenants`), one per job and device, whose streams and copy engines
+    are the physical device's own lists, shared.
+    """
+
+    def __init__(self, w: Wiring, cluster: Cluster, devices: Sequence[str],
+                 plan: Plan | None = None) -> None:
         self.env = simpy.Environment()
         self.plan, self.cluster = plan, cluster
-        arrays = plan.graph.arrays
-        self.names = arrays.names
-        self.devices = list(cluster.device_names)
+        self.devices = list(devices)
         self.n_dev = len(self.devices)
-        dev_index = {d: i for i, d in enumerate(self.devices)}
-        op_dev = plan.device_codes(tuple(self.devices))
-        self.op_dev: list[int] = op_dev.tolist()
-        self.op_time = cost.op_times(plan.graph, op_dev)
-        self.order = [[arrays.position[n] for n in plan.order.get(d, ())]
-                      for d in self.devices]
+        self._adopt(w)
         self.next = [0] * self.n_dev
         self.free_streams = [list(range(cluster.device(d).compute_streams - 1, -1, -1))
                              for d in self.devices]
@@ -72,98 +71,30 @@ class _Simulation:
         self.link_free: dict[str, float] = {}
         n = len(self.names)
         self.start, self.stream = [0.0] * n, [0] * n
-        self._wire(arrays, op_dev, cost, dev_index)
-        self._init_memory(arrays, op_dev, cluster)
+        self._init_memory(w)
         # bound once: a bound method made per event would be one more allocation each
         self._on_op_done = self._op_done
         self._on_transfer_done = self._transfer_done
 
-    def _wire(self, a: GraphArrays, op_dev: np.ndarray, cost: CostModel,
-              dev_index: dict[str, int]) -> None:
-        """Flat per-op lists: the copies each op reads, the local readers it wakes, the
-        transfers it sends. A key names a tensor's copy on one device."""
-        n, n_dev = len(a.names), self.n_dev
-        n_tensors, transfers = len(a.tensor_bytes), self.plan.transfers
-        dst_dev = op_dev[a.edge_dst]
-        t_tensor = np.fromiter((a.tensor_index[t.tensor] for t in transfers), np.int64,
-                               len(transfers))
-        t_dst = np.fromiter((dev_index[t.dst] for t in transfers), np.int64, len(transfers))
-        # Copy ids: tensor t's copy on its producer's device is t; the copy transfer k
-        # brings to another device is n_tensors + k (one transfer per tensor and device).
-        remote_keys = t_tensor * n_dev + t_dst
-        by_key = np.argsort(remote_keys, kind="stable")
-        local = op_dev[a.edge_src] == dst_dev
-        read_ids = a.edge_tensor.copy()
-        far = ~local
-        if far.any():
-            slot = np.searchsorted(remote_keys[by_key], a.edge_tensor[far] * n_dev + dst_dev[far])
-            read_ids[far] = n_tensors + by_key[slot]
-        send_ids = t_tensor
-        refs = np.bincount(read_ids, minlength=n_tensors + len(transfers))
-        refs[:n_tensors] += np.bincount(send_ids, minlength=n_tensors)
-        self.refs: list[int] = refs.tolist()
-        self.key_bytes: list[int] = np.concatenate(
-            (a.tensor_bytes, a.tensor_bytes[t_tensor])).tolist()
-        own_ids = np.arange(n_tensors)
-        # Per-op ranges into flat lists (no list object per op: less to build and to scan).
-        counts = np.bincount(a.edge_dst, minlength=n)
-        self.read_ids, self.read_off = read_ids.tolist(), np.concatenate(
-            ([0], np.cumsum(counts))).tolist()
-        self.pending = counts.tolist()
-        by_src = np.argsort(a.edge_src[local], kind="stable")
-        self.wake = a.edge_dst[local][by_src].tolist()
-        self.wake_off = np.concatenate(
-            ([0], np.cumsum(np.bincount(a.edge_src[local], minlength=n)))).tolist()
-        self.own_ids, self.out_off = own_ids.tolist(), a.out_offsets.tolist()
-        self._send_ids = send_ids.tolist()
-        self.alloc = a.alloc_bytes.tolist()
-        self.workspace = a.workspace_bytes.tolist()
-        self._wire_transfers(a, cost, dev_index, n_tensors)
-
-    def _wire_transfers(self, a: GraphArrays, cost: CostModel, dev_index: dict[str, int],
-                        n_tensors: int) -> None:
-        """Transfers as parallel lists indexed by transfer number (no object each: less to
-        build and nothing for the GC to scan); ``send``/``send_off`` give each op's."""
-        transfers, position = self.plan.transfers, a.position
-        m = len(transfers)
-        self.t_src = [dev_index[t.src] for t in transfers]
-        self.t_dst = [dev_index[t.dst] for t in transfers]
-        self.t_bytes = [t.nbytes for t in transfers]
-        self.t_key = self._send_ids
-        routes: dict[tuple[str, str], tuple[str, ...]] = {}
-        durations: dict[tuple[int, str, str], float] = {}
-        # Transfer time depends on size alone unless the model says otherwise: memoise it.
-        by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
-        self.t_channels: list[tuple[str, ...]] = []
-        self.t_duration: list[float] = []
-        self.t_readers: list[int] = []
-        self.t_readers_off = [0]
-        for t in transfers:
-            pair = (t.src, t.dst)
-            if pair not in routes:
-                routes[pair] = tuple(h.channel for h in self.cluster.route(t.src, t.dst))
-            self.t_channels.append(routes[pair])
-            if by_size:
-                size = (t.nbytes, t.src, t.dst)
-                if size not in durations:
-                    durations[size] = cost.transfer_time(t.nbytes, t.src, t.dst)
-                self.t_duration.append(durations[size])
-            else:
-                self.t_duration.append(cost.tensor_transfer_time(t.tensor, t.nbytes, t.src,
-                                                                 t.dst))
-            self.t_readers.extend(position[c] for c in t.consumers)
-            self.t_readers_off.append(len(self.t_readers))
-        producers = np.fromiter((position[t.producer] for t in transfers), np.int64, m)
-        by_op = np.argsort(producers, kind="stable")
-        self.send = by_op.tolist()
-        self.send_off = np.concatenate(
-            ([0], np.cumsum(np.bincount(producers, minlength=len(a.names))))).tolist()
+    def _adopt(self, w: Wiring) -> None:
+        """The wiring's columns as Python lists: the hot path indexes lists, not arrays."""
+        self.wiring = w
+        self.names = w.names
+        self.op_dev: list[int] = w.op_dev.tolist()
+        self.op_time: list[float] = w.op_time.tolist()
+        self.order: list[list[int]] = [o.tolist() for o in w.order]
+        for name in ("read_ids", "read_off", "pending", "wake", "wake_off", "own_ids",
+                     "out_off", "alloc", "workspace", "refs", "key_bytes", "send",
+                     "send_off", "t_src", "t_dst", "t_bytes", "t_key", "t_duration",
+                     "t_readers", "t_readers_off"):
+            setattr(self, name, getattr(w, name).tolist())
+        self.t_channels = w.t_channels
+        m = len(self.t_src)
         self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
 
-    def _init_memory(self, a: GraphArrays, op_dev: np.ndarray, cluster: Cluster) -> None:
-        self.capacity = [cluster.device(d).memory_bytes for d in self.devices]
-        resident = np.bincount(op_dev, weights=a.param_bytes, minlength=self.n_dev)
-        self.used = [int(x) for x in resident]
+    def _init_memory(self, w: Wiring) -> None:
+        self.capacity = [self.cluster.device(d).memory_bytes for d in self.devices]
+        self.used = w.resident.tolist()
         self.resident = list(self.used)
         self.peak = list(self.used)
         # (time, device, bytes) triples laid flat: numbers only, nothing for the GC to scan
@@ -185,7 +116,7 @@ class _Simulation:
         self.peak[d] = used
         if used > self.capacity[d] and not self.overflow:
             what = (f"op {self.names[op]!r} starts" if transfer is None else
-                    f"transfer {self.plan.transfers[transfer].name!r} requested")
+                    f"transfer {self.wiring.transfer_names[transfer]!r} requested")
             self._overflow(d, used, what)
 
     def _release(self, key: int, d: int) -> None:
@@ -341,7 +272,7 @@ class _Simulation:
             busy_s=dict(zip(self.devices, self.busy, strict=True)),
             utilization={d: (b / (makespan * s) if makespan > 0 else 0.0)
                          for d, b, s in zip(self.devices, self.busy, streams, strict=True)},
-            transfer_bytes=self.plan.transfer_bytes,
+            transfer_bytes=sum(self.t_bytes),
             peak_memory_bytes=dict(zip(self.devices, self.peak, strict=True)),
             memory_capacity_bytes=dict(zip(self.devices, self.capacity, strict=True)),
             resident_bytes=dict(zip(self.devices, self.resident, strict=True)),
@@ -350,14 +281,13 @@ class _Simulation:
         )
 
     def _columns(self) -> TraceColumns:
-        a = self.plan.graph.arrays
+        w = self.wiring
         return TraceColumns(
             devices=tuple(self.devices), names=self.names,
             op_device=np.asarray(self.op_dev, dtype=np.int64),
             op_stream=np.asarray(self.stream, dtype=np.int64),
             op_start=np.asarray(self.start, dtype=float), op_end=self.end,
-            op_flops=a.flops.astype(np.int64), op_bytes=a.moved_bytes.astype(np.int64),
-            transfer_names=tuple(t.name for t in self.plan.transfers),
+            op_flops=w.op_flops, op_bytes=w.op_bytes, transfer_names=w.transfer_names,
             transfer_src=np.asarray(self.t_src, dtype=np.int64),
             transfer_dst=np.asarray(self.t_dst, dtype=np.int64),
             transfer_engine=np.asarray(self.t_engine, dtype=np.int64),
@@ -370,11 +300,12 @@ class _Simulation:
 class _PrioritySimulation(_Simulation):
     """Each device starts its ready op of highest plan priority."""
 
-    def __init__(self, plan: Plan, cluster: Cluster, cost: CostModel) -> None:
-        super().__init__(plan, cluster, cost)
-        if not plan.priority:
+    def __init__(self, w: Wiring, cluster: Cluster, devices: Sequence[str],
+                 plan: Plan | None = None) -> None:
+        super().__init__(w, cluster, devices, plan)
+        if plan is None or not plan.priority:
             raise PlacementError(f"simulate: order 'priority' needs op priorities in the "
-                                 f"plan; policy {plan.policy!r} gave none")
+                                 f"plan; policy {getattr(plan, 'policy', '')!r} gave none")
         self.key = [(-plan.priority.get(name, 0.0), i) for i, name in enumerate(self.names)]
         self.queues: list[list[tuple[float, int]]] = [[] for _ in self.devices]
 
@@ -443,6 +374,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
     with gc_paused():
-        run = _RUNS[(order, links)](plan, cluster, cost)
+        run = _RUNS[(order, links)](wire(plan, cluster, cost), cluster,
+                                    cluster.device_names, plan)
         run.run()
         return run.result(job)

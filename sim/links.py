@@ -82,8 +82,13 @@ class FairSharing:
             # latency (the tensor's bytes for the roofline; a table's time otherwise).
             self.f_latency.append(min(latency, s.t_duration[k]))
             self.f_volume.append(max(s.t_duration[k] - latency, 0.0) * bottleneck)
-        self.free_engines = [list(range(len(e) - 1, -1, -1)) for e in s.copy_free]
-        self.waiting: list[deque[int]] = [deque() for _ in s.copy_free]
+        # Views of one device (several jobs) share its engine list, so its queue too.
+        engines: dict[int, list[int]] = {}
+        queues: dict[int, deque[int]] = {}
+        self.free_engines = [engines.setdefault(id(e), list(range(len(e) - 1, -1, -1)))
+                             for e in s.copy_free]
+        self.waiting: list[deque[int]] = [queues.setdefault(id(e), deque())
+                                          for e in s.copy_free]
         self.flows_on: dict[str, dict[int, None]] = {c: {} for c in self.channel_capacity}
         self.remaining: dict[int, float] = {}  # bytes left at ``settled[k]``
         self.settled: dict[int, float] = {}

@@ -54,6 +54,15 @@ class TraceColumns:
     transfer_start: np.ndarray = field(default_factory=lambda: np.zeros(0))
     transfer_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
     transfer_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: Several jobs' rows: their names, and each op's and transfer's job (an index).
+    jobs: tuple[str, ...] = ()
+    op_job: np.ndarray | None = None
+    transfer_job: np.ndarray | None = None
+
+    def _job_column(self, job: str, rows: int, index: np.ndarray | None) -> Any:
+        if index is None or not self.jobs:
+            return [job] * rows
+        return np.array(self.jobs, dtype=object)[index] if rows else []
 
     def frame(self, job: str) -> pd.DataFrame:
         """The Trace: one row per op or transfer (``TRACE_COLUMNS``), by start time.
@@ -66,7 +75,8 @@ class TraceColumns:
         devices = np.array(self.devices, dtype=object)
         n, m = len(self.names), len(self.transfer_names)
         compute = pd.DataFrame({
-            "job": [job] * n, "name": list(self.names), "kind": ["compute"] * n,
+            "job": self._job_column(job, n, self.op_job), "name": list(self.names),
+            "kind": ["compute"] * n,
             "device": devices[self.op_device] if n else [], "src": [""] * n,
             "dst": [""] * n,
             "stream": [f"{self.devices[d]}/stream{s}" for d, s in
@@ -75,7 +85,8 @@ class TraceColumns:
             "bytes": self.op_bytes,
         })
         moved = pd.DataFrame({
-            "job": [job] * m, "name": list(self.transfer_names), "kind": ["transfer"] * m,
+            "job": self._job_column(job, m, self.transfer_job),
+            "name": list(self.transfer_names), "kind": ["transfer"] * m,
             "device": [""] * m, "src": devices[self.transfer_src] if m else [],
             "dst": devices[self.transfer_dst] if m else [],
             "stream": [",".join((f"{self.devices[d]}/copy{e}", *c)) for d, e, c in
