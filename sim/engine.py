@@ -83,11 +83,26 @@ class _Simulation:
         self.op_dev: list[int] = w.op_dev.tolist()
         self.op_time: list[float] = w.op_time.tolist()
         self.order: list[list[int]] = [o.tolist() for o in w.order]
-        for name in ("read_ids", "read_off", "pending", "wake", "wake_off", "own_ids",
-                     "out_off", "alloc", "workspace", "refs", "key_bytes", "send",
-                     "send_off", "t_src", "t_dst", "t_bytes", "t_key", "t_duration",
-                     "t_readers", "t_readers_off"):
-            setattr(self, name, getattr(w, name).tolist())
+        self.read_ids: list[int] = w.read_ids.tolist()
+        self.read_off: list[int] = w.read_off.tolist()
+        self.pending: list[int] = w.pending.tolist()
+        self.wake: list[int] = w.wake.tolist()
+        self.wake_off: list[int] = w.wake_off.tolist()
+        self.own_ids: list[int] = w.own_ids.tolist()
+        self.out_off: list[int] = w.out_off.tolist()
+        self.alloc: list[int] = w.alloc.tolist()
+        self.workspace: list[int] = w.workspace.tolist()
+        self.refs: list[int] = w.refs.tolist()
+        self.key_bytes: list[int] = w.key_bytes.tolist()
+        self.send: list[int] = w.send.tolist()
+        self.send_off: list[int] = w.send_off.tolist()
+        self.t_src: list[int] = w.t_src.tolist()
+        self.t_dst: list[int] = w.t_dst.tolist()
+        self.t_bytes: list[int] = w.t_bytes.tolist()
+        self.t_key: list[int] = w.t_key.tolist()
+        self.t_duration: list[float] = w.t_duration.tolist()
+        self.t_readers: list[int] = w.t_readers.tolist()
+        self.t_readers_off: list[int] = w.t_readers_off.tolist()
         self.t_channels = w.t_channels
         m = len(self.t_src)
         self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
