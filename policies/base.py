@@ -13,6 +13,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel, make_cost_model
 from hwmodels.spec import Cluster
+from policies.load import ClusterLoad
 from policies.params import Param
 from policies.plans import Placement, Plan, order_by_priority
 from workloads.errors import PlacementError, UnsupportedOp
@@ -45,6 +46,8 @@ class PlacementPolicy(ABC):
     #: sweeps read and check them from here; the conformance suite holds them to the
     #: constructor's signature).
     params: ClassVar[tuple[Param, ...]] = ()
+    #: The policy places around other jobs' load when :func:`plan` is given one.
+    load_aware: ClassVar[bool] = False
 
     def checked(self, name: str, value: Any) -> Any:
         """``value`` checked against the declared parameter ``name``."""
@@ -57,6 +60,12 @@ class PlacementPolicy(ABC):
     @abstractmethod
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         """Propose a placement of every op of ``graph`` on devices of ``cluster``."""
+
+    def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                         load: ClusterLoad) -> Placement:
+        """A placement with other jobs' ``load`` already on the cluster. By default the
+        load is ignored; policies that declare ``load_aware`` override this."""
+        return self.place(graph, cluster, cost)
 
     def get_params(self) -> dict[str, Any]:
         """The constructor's parameters and their current values."""
@@ -187,8 +196,11 @@ def check_cost_binding(cost: CostModel, cluster: Cluster, who: str) -> None:
 
 
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
-         cost: CostModel | str = "roofline") -> Plan:
+         cost: CostModel | str = "roofline", *, load: ClusterLoad | None = None) -> Plan:
     """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
+
+    ``load``: what other jobs already hold (see :mod:`policies.load`); a ``load_aware``
+    policy places around it, any other ignores it, and ``info["load_aware"]`` says which.
 
     >>> from hwmodels import get_cluster
     >>> from workloads import build_model
@@ -202,7 +214,10 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
         raise PlacementError(f"plan: graph {graph.name!r}: expected at least one op, got none")
     check_cost_binding(cost, cluster, "plan")
     start = time.perf_counter()
-    proposal = policy.place(graph, cluster, cost)
+    if load is None:
+        proposal = policy.place(graph, cluster, cost)
+    else:
+        proposal = policy.place_under_load(graph, cluster, cost, load.check(cluster))
     elapsed = time.perf_counter() - start
     for name in graph.topological_order():
         if name not in proposal.devices:
@@ -211,7 +226,8 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     if order is None:
         order = order_by_priority(graph, proposal.devices, proposal.priority)
     _check_runnable(graph, cluster, cost, proposal.devices, policy.name)
-    info = {**(proposal.info or {}), "policy_params": {
+    info = {**(proposal.info or {}), "load_aware": load is not None and policy.load_aware,
+            "policy_params": {
         k: v if isinstance(v, int | float | str | bool | None) else repr(v)
         for k, v in policy.get_params().items()}}
     result = Plan(graph, proposal.devices, order, policy=policy.name,

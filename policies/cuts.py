@@ -22,6 +22,7 @@ from scipy.sparse.linalg import eigsh
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import Param, PlacementPolicy, Seed, make_rng, register_policy, seed_int
+from policies.load import ClusterLoad
 from policies.plans import Placement
 from policies.problem import Problem
 from workloads.graph import Graph
@@ -72,8 +73,18 @@ class Metis(PlacementPolicy):
     def __init__(self, seed: Seed = 0) -> None:
         self.seed = self.checked("seed", seed)
 
+    load_aware = True
+
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
-        p = Problem(graph, cluster, cost)
+        return self._partition(Problem(graph, cluster, cost))
+
+    def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                         load: ClusterLoad) -> Placement:
+        """Part sizes that let every device finish together after the work others queued
+        on it (:func:`targets`); a device already busy past that gets no part."""
+        return self._partition(Problem(graph, cluster, cost, load))
+
+    def _partition(self, p: Problem) -> Placement:
         n_dev = len(p.devices)
         weights = _edges(p)
         vertices = _vertices(p)
@@ -93,20 +104,44 @@ class Metis(PlacementPolicy):
             xadj.append(len(adjncy))
         work = p.node_work[vertices]
         vw = np.maximum(1, np.round(work / max(work.max(), 1e-300) * 100_000)).astype(int)
-        options = pymetis.Options(seed=-1 if self.seed is None else seed_int(self.seed))
-        graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
-        _, parts = pymetis.part_graph(n_dev, graph_csr, vweights=vw.tolist(),
-                                      eweights=ew, tpwgts=(p.speed / p.speed.sum()).tolist(),
-                                      options=options)
-        where = [0] * p.n
-        for op, part in zip(vertices, parts, strict=True):
-            where[op] = int(part)
+        share = targets(p)
+        used = np.flatnonzero(share > 0)  # METIS takes no empty target
+        where = [int(used[0])] * p.n
+        if len(used) > 1:
+            options = pymetis.Options(seed=-1 if self.seed is None else seed_int(self.seed))
+            graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
+            _, parts = pymetis.part_graph(len(used), graph_csr, vweights=vw.tolist(),
+                                          eweights=ew, tpwgts=share[used].tolist(),
+                                          options=options)
+            for op, part in zip(vertices, parts, strict=True):
+                where[op] = int(used[part])
         return _finish(p, where)
+
+
+def targets(p: Problem) -> np.ndarray:
+    """Each device's share of the work: with speeds ``s`` and queued seconds ``b``, the
+    shares ``s (T - b) / W`` under which every device finishes at the same time ``T``
+    (water filling; a device busy past ``T`` gets none). Without load: ``s / sum(s)``.
+
+    ``W`` is the work in seconds on the slowest device (speed 1), so
+    ``T = (W + sum s b) / sum s`` over the devices that get a share.
+    """
+    speed, busy = p.speed, np.asarray(p.busy, dtype=float)
+    work = float(np.where(np.isinf(p.times), 0.0, p.times).sum(axis=0).max())
+    if work <= 0:
+        return speed / speed.sum()
+    use = np.ones(len(speed), dtype=bool)
+    while True:
+        finish = (work + (speed * busy)[use].sum()) / speed[use].sum()
+        share = np.where(use, speed * np.maximum(finish - busy, 0.0), 0.0)
+        if (share[use] > 0).all():
+            return share / share.sum()
+        use &= share > 0
 
 
 def _balance(p: Problem) -> list[int]:
     """Longest op first onto the device that would finish it earliest (no edges to cut)."""
-    load = np.zeros(len(p.devices))
+    load = np.asarray(p.busy, dtype=float)
     parts = [0] * p.n
     for i in np.argsort(-p.node_work, kind="stable").tolist():
         if p.node_of[i] == i:

@@ -21,6 +21,7 @@ from scipy.optimize import linprog
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import Param, PlacementPolicy, register_policy
+from policies.load import ClusterLoad
 from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
@@ -47,7 +48,9 @@ class Timeline:
         return start
 
     def insert(self, start: float, end: float, op: int) -> None:
-        i = bisect.bisect_right(self.starts, start)
+        # After the intervals that end by ``start``: an empty interval at the start of a
+        # busy one goes before it, so ends stay sorted too.
+        i = bisect.bisect_right(self.ends, start)
         self.starts.insert(i, start)
         self.ends.insert(i, end)
         self.ops.insert(i, op)
@@ -98,11 +101,24 @@ class _InsertionScheduler(PlacementPolicy):
                 best = (start, duration, d)
         return best[0], best[2]
 
+    load_aware = True
+
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
-        p = Problem(graph, cluster, cost)
+        return self._schedule(Problem(graph, cluster, cost))
+
+    def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                         load: ClusterLoad) -> Placement:
+        """Each device is taken from time 0 for the seconds of work others queued there;
+        their memory is not free."""
+        return self._schedule(Problem(graph, cluster, cost, load))
+
+    def _schedule(self, p: Problem) -> Placement:
         priority = self.priorities(p)
         state = self.prepare(p, priority)
         lines = [Timeline() for _ in p.devices]
+        for line, busy in zip(lines, p.busy, strict=True):
+            if busy > 0:
+                line.insert(0.0, busy, -1)  # op -1: other jobs' work, left out of orders
         where, finish = [-1] * p.n, [0.0] * p.n
         pins = Pins(p)
         pending = _pending(p)
@@ -124,7 +140,8 @@ class _InsertionScheduler(PlacementPolicy):
                 pending[succ] -= 1
                 if pending[succ] == 0:
                     heapq.heappush(heap, (-priority[succ], succ))
-        return _placement(p, where, [line.ops for line in lines], finish, priority)
+        return _placement(p, where, [[i for i in line.ops if i >= 0] for line in lines],
+                          finish, priority)
 
 
 @register_policy
@@ -146,11 +163,13 @@ class CPOP(_InsertionScheduler):
         return [u + d for u, d in zip(up, down, strict=True)]
 
     def prepare(self, p: Problem, priority: list[float]) -> tuple[set[int], int]:
-        """The critical path's ops and the one device that runs that path fastest."""
+        """The critical path's ops and the one device that finishes that path first (after
+        the work other jobs queued there)."""
         length = max(priority, default=0.0)
         critical = {i for i, v in enumerate(priority) if abs(v - length) <= 1e-9 * length}
         on_path = sorted(critical)
-        return critical, int(np.argmin(p.times[on_path].sum(axis=0))) if on_path else 0
+        finish = np.asarray(p.busy) + p.times[on_path].sum(axis=0)
+        return critical, int(np.argmin(finish)) if on_path else 0
 
     def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
                state: Any = None) -> tuple[float, int]:

@@ -25,6 +25,7 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
+from policies.load import ClusterLoad
 from workloads.errors import OutOfMemory, PlacementError, UnsupportedOp
 from workloads.graph import Graph
 
@@ -37,8 +38,12 @@ __all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "schedule_length"]
 class Problem:
     """Numbers for one (graph, cluster, cost) triple; ops indexed in topological order."""
 
-    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel) -> None:
+    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                 load: ClusterLoad | None = None) -> None:
         self.graph, self.cluster, self.cost = graph, cluster, cost
+        load = load or ClusterLoad()
+        #: Seconds of other jobs' work queued on each device (tenant-aware placement).
+        self.busy = [load.busy(d) for d in cluster.device_names]
         a = graph.arrays
         self.names = a.names
         self.n = len(a.names)
@@ -53,7 +58,7 @@ class Problem:
         self.tensor_bytes = a.tensor_bytes.tolist()
         self.tensor_names = a.tensor_names
         self.op_memory = (a.param_bytes + a.alloc_bytes).tolist()
-        self.capacity = [d.memory_bytes for d in cluster.devices]
+        self.capacity = [max(0, d.memory_bytes - load.held(d.name)) for d in cluster.devices]
         self._init_groups(graph)
         self._by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         self._comm: dict[tuple[int, int, int], float] = {}

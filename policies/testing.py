@@ -20,7 +20,9 @@ the same Plan; a policy's own makespan estimate, if it gives one, is never below
 bound; a policy that claims to honour memory (``memory_aware = True``) never yields a plan
 over any device's capacity under the conservative memory model of :mod:`policies.problem`
 (which bounds the simulator's peak), and raises :class:`OutOfMemory` when no plan fits; ops
-no device can run are refused with a clear error. (The suite stays below the simulator in
+no device can run are refused with a clear error; a policy that claims to place around
+other jobs' load (``load_aware = True``) leaves a device alone whose queued work outlasts
+the graph. (The suite stays below the simulator in
 the layering; ``tests/policies`` also simulates every policy's plans.)
 
 >>> from policies.testing import check_policy
@@ -39,6 +41,7 @@ from hwmodels.registry import get_cluster
 from hwmodels.spec import Cluster, Device, Link
 from policies.base import POLICIES, PlacementPolicy, plan
 from policies.bounds import lower_bound
+from policies.load import ClusterLoad
 from policies.plans import Plan
 from policies.problem import MemoryBook, Problem
 from workloads.conformance import Check, ConformanceError, parametrize, run_checks
@@ -307,8 +310,28 @@ def check_declares_parameters(source: PolicySource) -> None:
              f"{sorted(declared)}")
 
 
+def check_places_around_load(source: PolicySource) -> None:
+    """A load-aware policy leaves alone a device whose queued work outlasts the whole graph
+    on the others, and says in the plan that it placed around the load."""
+    label = _label(source)
+    graph = random_dag(8, seed=11)
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    busy = 10 * float(sum(cost.op_time(op, "gpu0") for op in graph))
+    p = plan(graph, cluster, _make(source), cost, load=ClusterLoad({"gpu0": busy}))
+    on_busy = sorted(n for n, d in p.placement.items() if d == "gpu0")
+    _require(not on_busy, f"{label}: placed {on_busy} on gpu0, busy for {busy:.3g} s more "
+                          f"than the graph's whole work")
+    _require(p.info.get("load_aware") is True,
+             f"{label}: info['load_aware'] is {p.info.get('load_aware')!r}, expected True")
+
+
 def _memory_aware(policy: PlacementPolicy) -> bool:
     return policy.memory_aware
+
+
+def _load_aware(policy: PlacementPolicy) -> bool:
+    return policy.load_aware
 
 
 CHECKS: tuple[Check[PolicySource], ...] = (
@@ -321,6 +344,7 @@ CHECKS: tuple[Check[PolicySource], ...] = (
     Check("refuses_when_nothing_fits", check_refuses_when_nothing_fits, _memory_aware),
     Check("refuses_unrunnable_ops", check_refuses_unrunnable_ops),
     Check("declares_parameters", check_declares_parameters),
+    Check("places_around_load", check_places_around_load, _load_aware),
 )
 
 
