@@ -28,6 +28,7 @@ from experiments.commands import (
 )
 from experiments.measure import cmd_calibrate, cmd_validate
 from experiments.sweepcmd import add_sweep_command
+from experiments.tenantcmd import add_tenants_command
 from sim.options import LINK_MODELS, ORDERS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
@@ -220,6 +221,7 @@ def _add_run_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_validate)
 
     add_sweep_command(sub)
+    add_tenants_command(sub)
 
     p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
     p.add_argument("--out", default="placelab-demo", help="output folder")

@@ -108,8 +108,7 @@ class _InsertionScheduler(PlacementPolicy):
 
     def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
                          load: ClusterLoad) -> Placement:
-        """Each device is taken from time 0 for the seconds of work others queued there;
-        their memory is not free."""
+        """Each device is taken from time 0 for the seconds of work others queued there."""
         return self._schedule(Problem(graph, cluster, cost, load))
 
     def _schedule(self, p: Problem) -> Placement:
