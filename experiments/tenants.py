@@ -29,7 +29,6 @@ that replays it exactly (no stream left to draw).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -187,13 +186,6 @@ def estimate_load(placed: list[tuple[float, SimResult]], at_s: float) -> Cluster
     return ClusterLoad(busy, held)
 
 
-@dataclass(frozen=True)
-class _Setting:
-    cluster: Cluster
-    cost: CostModel
-    links: str
-
-
 def _graph(entry: Workload) -> Any:
     from workloads.graph import Graph
     from workloads.io import read_text
@@ -212,10 +204,11 @@ def _graph(entry: Workload) -> Any:
     return graph
 
 
-def build_jobs(doc: TenantFile, jobs: list[JobEntry], setting: _Setting, *,
-               aware: bool) -> list[Job]:
-    """Each entry placed (in arrival order; with ``aware``, around the load of the jobs
-    placed before it, as :func:`estimate_load` sees it at its arrival)."""
+def build_jobs(jobs: list[JobEntry], cluster: Cluster, cost: CostModel, *, policy: str,
+               links: str = "fcfs", aware: bool = False) -> list[Job]:
+    """Each entry placed by its own policy or ``policy``, in arrival order; with
+    ``aware``, around the load of the jobs placed before it, as :func:`estimate_load`
+    sees it at its arrival (their runs alone simulated with ``links``)."""
     from policies.base import plan
     from sim.engine import simulate
     from sim.tenants import Job
@@ -225,10 +218,8 @@ def build_jobs(doc: TenantFile, jobs: list[JobEntry], setting: _Setting, *,
     for entry in jobs:
         graph = _graph(entry)
         load = estimate_load(placed, entry.arrival_s) if aware else None
-        p: Plan = plan(graph, setting.cluster, entry.policy or doc.policy, setting.cost,
-                       load=load)
-        placed.append((entry.arrival_s, simulate(p, setting.cluster, setting.cost,
-                                                 links=setting.links)))
+        p: Plan = plan(graph, cluster, entry.policy or policy, cost, load=load)
+        placed.append((entry.arrival_s, simulate(p, cluster, cost, links=links)))
         out.append(Job(p, entry.name, entry.arrival_s, entry.weight, entry.priority))
     return out
 
@@ -250,8 +241,9 @@ def run_tenants(doc: TenantFile, *, sharing: str | None = None, aware: bool | No
     from sim.tenants import simulate_jobs
 
     cluster = get_cluster(doc.cluster)
-    policy = make_sharing(sharing or doc.sharing)
-    setting = _Setting(cluster, make_cost_model(doc.cost, cluster), doc.links)
-    entries = all_jobs(doc) if jobs is None else jobs
-    built = build_jobs(doc, entries, setting, aware=doc.aware if aware is None else aware)
-    return simulate_jobs(built, cluster, setting.cost, sharing=policy, links=doc.links)
+    shares = make_sharing(sharing or doc.sharing)
+    cost = make_cost_model(doc.cost, cluster)
+    built = build_jobs(all_jobs(doc) if jobs is None else jobs, cluster, cost,
+                       policy=doc.policy, links=doc.links,
+                       aware=doc.aware if aware is None else aware)
+    return simulate_jobs(built, cluster, cost, sharing=shares, links=doc.links)

@@ -116,8 +116,8 @@ class _InsertionScheduler(PlacementPolicy):
         state = self.prepare(p, priority)
         lines = [Timeline() for _ in p.devices]
         for line, busy in zip(lines, p.busy, strict=True):
-            if busy > 0:
-                line.insert(0.0, busy, -1)  # op -1: other jobs' work, left out of orders
+            if busy > 0:  # other jobs' work (op -1, left out of orders), queued from before
+                line.insert(float("-inf"), busy, -1)  # now: nothing, not even 0 s, fits ahead
         where, finish = [-1] * p.n, [0.0] * p.n
         pins = Pins(p)
         pending = _pending(p)

@@ -115,3 +115,14 @@ def test_cluster_churn_study(tmp_path: Path, monkeypatch) -> None:
     text = (tmp_path / "clusters" / "step-6.toml").read_text()
     cluster = loads(text, known_models=get_device).clusters["dgx1-churn-6"]
     assert len(cluster.devices) == 6 and df["cluster_hash"].nunique() == 7
+
+
+def test_tenant_sharing_study(tmp_path: Path, monkeypatch) -> None:
+    df = run_script("tenant_sharing", tmp_path, monkeypatch)
+    assert set(df["sharing"]) == {"exclusive", "fifo", "weighted_fair", "priority",
+                                  "priority:preempt=false", "partition"}
+    assert df["fairness"].between(0.5, 1.0).all()  # Jain's index over two jobs
+    fifo = df[df["sharing"] == "fifo"].set_index(["cluster", "aware"])["throughput_per_s"]
+    # placing the second job around the first never lowers throughput under fifo here
+    for cluster in set(df["cluster"]):
+        assert fifo.loc[(cluster, True)] >= fifo.loc[(cluster, False)] * (1 - 1e-9)
