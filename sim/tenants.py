@@ -155,8 +155,12 @@ class SharedRun(_Simulation):
         self.left = list(self.op_count)
         self.end_s = [math.nan] * len(jobs)
         self.killed_at: dict[int, int] = {}
-        self.queue: list[dict[int, int]] = [{} for _ in range(n if slices is None
-                                                               else n * len(jobs))]
+        # The ops waiting for each device (per view under a partition), by view: a view's
+        # entry is its device's queue.
+        queues: list[dict[int, int]] = [{} for _ in range(n if slices is None
+                                                          else n * len(jobs))]
+        self.queue = [queues[v if slices is not None else v % n]
+                      for v in range(n * len(jobs))]
         self.queued_at = [0.0] * len(self.names)
         self.seq = [0] * len(self.names)
         self._seq = 0
@@ -242,7 +246,7 @@ class SharedRun(_Simulation):
         self.dead[j] = True
         self.end_s[j] = self.env.now
         for p in range(self.n_physical):
-            self.queue_of(j * self.n_physical + p).pop(j * self.n_physical + p, None)
+            self.queue[j * self.n_physical + p].pop(j * self.n_physical + p, None)
             self.timeline.extend((self.env.now, j * self.n_physical + p, 0))
         self.killed_at[j] = len(self.timeline)
         self._admit_arrived()
@@ -304,9 +308,6 @@ class SharedRun(_Simulation):
 
     # -- the issue rule -----------------------------------------------------------------
 
-    def queue_of(self, v: int) -> dict[int, int]:
-        return self.queue[v if self.sharing.partitioned else self.physical(v)]
-
     def _ready(self, op: int) -> None:
         v = self.op_dev[op]
         if self.next[v] < len(self.order[v]) and self.order[v][self.next[v]] == op:
@@ -318,14 +319,15 @@ class SharedRun(_Simulation):
         if not self.admitted[j] or self.dead[j] or self.next[v] >= len(self.order[v]):
             return
         op = self.order[v][self.next[v]]
-        if self.pending[op] == 0 and v not in self.queue_of(v):
-            self.queue_of(v)[v] = op
+        queue = self.queue[v]
+        if self.pending[op] == 0 and v not in queue:
+            queue[v] = op
             self.queued_at[op], self.seq[op] = self.env.now, self._seq
             self._seq += 1
             self.sharing.queued(self, op)
 
     def _try_start(self, d: int) -> None:
-        queue, free = self.queue_of(d), self.free_streams[d]
+        queue, free = self.queue[d], self.free_streams[d]
         while free and queue:
             v = min(queue, key=lambda u: self.sharing.key(self, queue[u]))
             op = queue.pop(v)
