@@ -77,8 +77,10 @@ class _Simulation:
         self._on_transfer_done = self._transfer_done
 
     def _adopt(self, w: Wiring) -> None:
-        """The wiring's columns as Python lists: the hot path indexes lists, not arrays."""
-        self.wiring = w
+        """The wiring's columns as Python lists: the hot path indexes lists, not arrays
+        (the arrays are not kept: a run holds one copy of its state)."""
+        self.transfer_names = w.transfer_names
+        self.op_flops, self.op_bytes = w.op_flops, w.op_bytes
         self.names = w.names
         self.op_dev: list[int] = w.op_dev.tolist()
         self.op_time: list[float] = w.op_time.tolist()
@@ -131,7 +133,7 @@ class _Simulation:
         self.peak[d] = used
         if used > self.capacity[d] and not self.overflow:
             what = (f"op {self.names[op]!r} starts" if transfer is None else
-                    f"transfer {self.wiring.transfer_names[transfer]!r} requested")
+                    f"transfer {self.transfer_names[transfer]!r} requested")
             self._overflow(d, used, what)
 
     def _release(self, key: int, d: int) -> None:
@@ -296,13 +298,13 @@ class _Simulation:
         )
 
     def _columns(self) -> TraceColumns:
-        w = self.wiring
         return TraceColumns(
             devices=tuple(self.devices), names=self.names,
             op_device=np.asarray(self.op_dev, dtype=np.int64),
             op_stream=np.asarray(self.stream, dtype=np.int64),
             op_start=np.asarray(self.start, dtype=float), op_end=self.end,
-            op_flops=w.op_flops, op_bytes=w.op_bytes, transfer_names=w.transfer_names,
+            op_flops=self.op_flops, op_bytes=self.op_bytes,
+            transfer_names=self.transfer_names,
             transfer_src=np.asarray(self.t_src, dtype=np.int64),
             transfer_dst=np.asarray(self.t_dst, dtype=np.int64),
             transfer_engine=np.asarray(self.t_engine, dtype=np.int64),

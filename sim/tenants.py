@@ -239,7 +239,7 @@ class SharedRun(_Simulation):
               transfer: int | None, whose: str) -> None:
         what = ("its parameters arrive" if op < 0 and transfer is None else
                 f"op {self.names[op]!r} starts" if transfer is None else
-                f"transfer {self.wiring.transfer_names[transfer]!r} requested")
+                f"transfer {self.transfer_names[transfer]!r} requested")
         self.reason[j] = (f"out of memory on device {self.devices[d]!r} at "
                           f"t={self.env.now:.6g} s ({what}): needs {used} bytes, "
                           f"{whose} capacity is {capacity}")
@@ -387,7 +387,7 @@ class SharedRun(_Simulation):
         return self.jobs[j].name or f"job{j}"
 
     def _shared_columns(self, end: np.ndarray, began: np.ndarray) -> TraceColumns:
-        w, n = self.wiring, self.n_physical
+        n = self.n_physical
         ran = np.flatnonzero(began)
         sent = np.flatnonzero(np.asarray(self.t_end) > 0) if self.t_end else \
             np.zeros(0, np.int64)
@@ -397,8 +397,8 @@ class SharedRun(_Simulation):
             op_device=np.asarray(self.op_dev, dtype=np.int64)[ran] % n,
             op_stream=np.asarray(self.stream, dtype=np.int64)[ran],
             op_start=np.asarray(self.start, dtype=float)[ran], op_end=end[ran],
-            op_flops=w.op_flops[ran], op_bytes=w.op_bytes[ran],
-            transfer_names=tuple(w.transfer_names[k] for k in sent.tolist()),
+            op_flops=self.op_flops[ran], op_bytes=self.op_bytes[ran],
+            transfer_names=tuple(self.transfer_names[k] for k in sent.tolist()),
             transfer_src=np.asarray(self.t_src, dtype=np.int64)[sent] % n,
             transfer_dst=np.asarray(self.t_dst, dtype=np.int64)[sent] % n,
             transfer_engine=np.asarray(self.t_engine, dtype=np.int64)[sent],
