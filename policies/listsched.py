@@ -2,9 +2,13 @@
 Chow, Anger and Lee, SIAM J. Comput. 1989), and Baechi's memory-constrained m-ETF and m-SCT
 (Jeon et al., SoCC 2020).
 
-Each schedules ops in its own model (op times from the cost model, every transfer at once,
-no link contention); the Plan keeps each device's op order and the model's makespan as
-``estimated_makespan_s``. The simulator then runs the plan with contention.
+Each schedules ops in its own model (op times from the cost model); the Plan keeps each
+device's op order and the model's makespan as ``estimated_makespan_s``. Transfers in that
+model either all run at once without contention (``transfers="free"``: HEFT's, CPOP's and
+Hwang et al.'s model) or, as in Baechi's code, queue on one channel per device shared by
+its sends and receives, a tensor received once by a device serving every later reader
+there (``transfers="channel"``, see :class:`Channels`). The simulator then runs the plan
+with the cluster's real copy engines and links.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
 
-__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES"]
+__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS", "Channels"]
 
 
 class Timeline:
@@ -205,10 +209,64 @@ class _ReadyPool:
         self.ops.pop()
 
 
+class Channels:
+    """Baechi's transfer model: one channel per device, used by its sends and receives
+    alike. A tensor ``t`` of an op ending at ``e`` on device ``s``, read on ``d``, is sent
+    from ``max(e, channel[s])`` and received from ``max(send start, channel[d])``; each
+    takes the contention-free transfer time ``c`` on its channel, and the tensor is on
+    ``d`` at the receive's end. Once received, a tensor is cached on ``d``: later readers
+    there wait for nothing more. A dry run estimates each input on its own (as Baechi's
+    ``get_ready_ts`` does); :meth:`commit` books them one after another."""
+
+    def __init__(self, p: Problem) -> None:
+        self.p = p
+        self.free = [0.0] * len(p.devices)
+        self.cached: dict[tuple[int, int], float] = {}
+
+    def _arrival(self, t: int, s: int, d: int, end: float, book: bool) -> float:
+        cached = self.cached.get((t, d))
+        if cached is not None:
+            return cached
+        c = self.p.comm(t, s, d)
+        send = max(end, self.free[s])
+        recv = max(send, self.free[d])
+        if book:
+            self.free[s] = send + c
+            self.free[d] = recv + c
+            self.cached[(t, d)] = recv + c
+        return recv + c
+
+    def ready(self, op: int, d: int, where: list[int], finish: list[float], *,
+              book: bool = False) -> float:
+        """When ``op``'s inputs are all on device ``d`` (``book``: reserve the channels)."""
+        ready = 0.0
+        for s, t in self.p.preds[op]:
+            src = where[s]
+            if src < 0:  # a floating producer joins its group: nothing to move
+                continue
+            at = finish[s] if src == d else self._arrival(t, src, d, finish[s], book)
+            ready = max(ready, at)
+        return ready
+
+
+#: How an ETF-style scheduler models transfers (see the module's docstring).
+TRANSFERS = ("free", "channel")
+
 #: How ETF-style schedulers break ties: ``level`` (the op of larger upward rank, on the
 #: device where it finishes first) or ``topo`` (Baechi's: the op earlier in its BFS
 #: topological order, on the device where it starts first, the lowest-numbered on a tie).
 TIES = ("level", "topo")
+
+
+class _EtfState:
+    """One ETF run's working state (kept per call, never on the policy)."""
+
+    def __init__(self, p: Problem, book: MemoryBook, fav: dict[int, int],
+                 channels: Channels | None) -> None:
+        self.p, self.book, self.fav, self.channels = p, book, fav, channels
+        self.pins = Pins(p)
+        self.pool = _ReadyPool(len(p.devices))
+        self.where, self.finish = [-1] * p.n, [0.0] * p.n
 
 
 @register_policy
@@ -220,12 +278,16 @@ class ETF(PlacementPolicy):
     this is Hwang et al.'s ETF); ``ties="topo"`` is Baechi's rule (see :data:`TIES`)."""
 
     name = "etf"
+    load_aware = True
 
     params = (Param("ties", "str", "level", choices=TIES,
-                    doc="how ties between ready ops break (see TIES)"),)
+                    doc="how ties between ready ops break (see TIES)"),
+              Param("transfers", "str", "free", choices=TRANSFERS,
+                    doc="transfers in the scheduler's model (see TRANSFERS)"))
 
-    def __init__(self, ties: str = "level") -> None:
+    def __init__(self, ties: str = "level", transfers: str = "free") -> None:
         self.ties = self.checked("ties", ties)
+        self.transfers = self.checked("transfers", transfers)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
         """Ops to keep on their parent's device (m-SCT), and what to report of choosing
@@ -233,52 +295,70 @@ class ETF(PlacementPolicy):
         return {}, {}
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
-        p = Problem(graph, cluster, cost)
+        return self._schedule(Problem(graph, cluster, cost))
+
+    def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                         load: ClusterLoad) -> Placement:
+        """Each device free only after the work others queued there; their memory taken."""
+        return self._schedule(Problem(graph, cluster, cost, load))
+
+    def _schedule(self, p: Problem) -> Placement:
         n_dev = len(p.devices)
         level = np.asarray(p.upward_rank())
         fav, report = self.favourite_parents(p)
-        book = MemoryBook(p, self.name)
-        free = np.zeros(n_dev)
+        s = _EtfState(p, MemoryBook(p, self.name), fav,
+                      Channels(p) if self.transfers == "channel" else None)
+        free = np.asarray(p.busy, dtype=float)
         capacity = np.asarray(p.capacity, dtype=float)
-        where, finish = [-1] * p.n, [0.0] * p.n
         orders: list[list[int]] = [[] for _ in range(n_dev)]
         pending = _pending(p)
-        pins = Pins(p)
-        pool = _ReadyPool(n_dev)
         for i in range(p.n):
             if not pending[i] and not p.floating[i]:
-                self._admit(p, pool, book, pins, i, where, finish, fav)
+                self._admit(s, i)
         for _ in range(p.n - sum(p.floating)):
-            k, d, start = self._pick(p, pool, free, capacity, book, level)
-            op = pool.ops[k]
-            pool.remove(k)
+            k, d, start = self._pick(p, s.pool, free, capacity, s.book, level)
+            op = s.pool.ops[k]
+            s.pool.remove(k)
+            if s.channels is not None:  # the inputs' transfers, booked one after another
+                start = max(start, s.channels.ready(op, d, s.where, s.finish, book=True))
             end = start + float(p.times[op, d])
-            book.commit(op, d, where)
-            where[op], finish[op], free[d] = d, end, end
+            s.book.commit(op, d, s.where)
+            s.where[op], s.finish[op], free[d] = d, end, end
             orders[d].append(op)
-            landed = pins.fix(op, d, where)
-            for mate in [w for w in pool.ops if w in landed]:  # group mates already ready
-                pool.remove(pool.ops.index(mate))
-                self._admit(p, pool, book, pins, mate, where, finish, fav)
+            landed = s.pins.fix(op, d, s.where)
+            for mate in [w for w in s.pool.ops if w in landed]:  # group mates already ready
+                s.pool.remove(s.pool.ops.index(mate))
+                self._admit(s, mate)
+            if s.channels is not None:  # channels moved: every estimate may have
+                for k, waiting in enumerate(list(s.pool.ops)):
+                    s.pool.rows[k] = self._ready_row(s, waiting)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
                 if pending[succ] == 0:
-                    self._admit(p, pool, book, pins, succ, where, finish, fav)
-        placed = _placement(p, where, orders, finish, level.tolist())
+                    self._admit(s, succ)
+        placed = _placement(p, s.where, orders, s.finish, level.tolist())
         return dataclasses.replace(placed, info=report or None)
 
-    def _admit(self, p: Problem, pool: _ReadyPool, book: MemoryBook, pins: Pins, op: int,
-               where: list[int], finish: list[float], fav: dict[int, int]) -> None:
-        n_dev = len(p.devices)
-        ready = np.array([_data_ready(p, op, d, where, finish) for d in range(n_dev)])
+    def _ready_row(self, s: _EtfState, op: int) -> np.ndarray:
+        """When ``op``'s inputs could be on each device (inf where it may not go)."""
+        p, n_dev = s.p, len(s.p.devices)
+        if s.channels is None:
+            ready = np.array([_data_ready(p, op, d, s.where, s.finish) for d in range(n_dev)])
+        else:
+            ready = np.array([s.channels.ready(op, d, s.where, s.finish)
+                              for d in range(n_dev)])
         ready[np.isinf(p.times[op])] = np.inf
-        pin = pins.of(op)
+        pin = s.pins.of(op)
         if pin >= 0:
             ready[np.arange(n_dev) != pin] = np.inf
-        need = np.array([book.need(op, d, where) for d in range(n_dev)], dtype=float) \
+        return ready
+
+    def _admit(self, s: _EtfState, op: int) -> None:
+        n_dev = len(s.p.devices)
+        need = np.array([s.book.need(op, d, s.where) for d in range(n_dev)], dtype=float) \
             if self.memory_aware else np.zeros(n_dev)
-        parent = fav.get(op)
-        pool.add(op, ready, need, -1 if parent is None else where[parent])
+        parent = s.fav.get(op)
+        s.pool.add(op, self._ready_row(s, op), need, -1 if parent is None else s.where[parent])
 
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
               book: MemoryBook, level: np.ndarray) -> tuple[int, int, float]:
@@ -321,10 +401,12 @@ class METF(ETF):
     name = "m_etf"
     memory_aware = True
     params = (Param("ties", "str", "topo", choices=TIES,
-                    doc="how ties between ready ops break (see TIES)"),)
+                    doc="how ties between ready ops break (see TIES)"),
+              Param("transfers", "str", "channel", choices=TRANSFERS,
+                    doc="transfers in the scheduler's model (see TRANSFERS)"))
 
-    def __init__(self, ties: str = "topo") -> None:
-        super().__init__(ties)
+    def __init__(self, ties: str = "topo", transfers: str = "channel") -> None:
+        super().__init__(ties, transfers)
 
 
 @register_policy
@@ -338,8 +420,8 @@ class MSCT(ETF):
     memory_aware = True
     params = METF.params
 
-    def __init__(self, ties: str = "topo") -> None:
-        super().__init__(ties)
+    def __init__(self, ties: str = "topo", transfers: str = "channel") -> None:
+        super().__init__(ties, transfers)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
         """Favourite children from the relaxed LP; where the LP fails, none, and the

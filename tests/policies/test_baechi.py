@@ -74,3 +74,40 @@ def test_m_topo_never_goes_back_to_an_earlier_device() -> None:
                     op("e", ("d",), nbytes=4)])
     p = plan(g, cluster, "m_topo", FixedCost(cluster))
     assert p.placement["e"] == "d1"
+
+
+def _fan_out() -> Graph:
+    """a (1 s) feeds b, c and e (10 s each); a's output takes about 1 s over any link."""
+    return Graph("fan", [op("a", nbytes=10**9), op("b", ("a",)), op("c", ("a",)),
+                         op("e", ("a",))])
+
+
+@pytest.mark.parametrize(("transfers", "makespan"), [("channel", 13.0), ("free", 12.0)])
+def test_m_etf_queues_transfers_on_each_devices_one_channel(transfers: str,
+                                                            makespan: float) -> None:
+    # Derived by hand: a on d0 ends at 1; b stays on d0 (starts first, earliest in topo
+    # order). c goes to d1: its input is sent on d0's channel over [1, 2]. Under Baechi's
+    # channels e's input waits for d0's channel: sent over [2, 3], e on d2 over [3, 13];
+    # with transfers all at once e starts at 2 and ends at 12.
+    cluster = toy_cluster(3, bandwidth=1e9, latency_s=1e-9)
+    cost = FixedCost(cluster, {"a": 1.0, "b": 10.0, "c": 10.0, "e": 10.0})
+    p = plan(_fan_out(), cluster, f"m_etf:transfers={transfers}", cost)
+    assert [p.placement[x] for x in "abce"] == ["d0", "d0", "d1", "d2"]
+    assert p.estimated_makespan_s == pytest.approx(makespan, rel=1e-6)
+
+
+def test_a_tensor_received_once_serves_every_later_reader_on_that_device() -> None:
+    from policies.listsched import Channels
+    from policies.problem import Problem
+
+    cluster = toy_cluster(2, bandwidth=1e9, latency_s=1e-9)
+    g = Graph("cached", [op("a", nbytes=10**9), op("b", ("a",)), op("c", ("a",))])
+    p = Problem(g, cluster, FixedCost(cluster, default=1.0))
+    channels = Channels(p)
+    where, finish = [0, -1, -1], [1.0, 0.0, 0.0]
+    first = channels.ready(1, 1, where, finish, book=True)  # b on d1: a sent over [1, 2]
+    assert first == pytest.approx(2.0, rel=1e-6)
+    assert channels.free == pytest.approx([2.0, 2.0], rel=1e-6)
+    # c on d1 reads the copy already there: no second transfer, channels untouched
+    assert channels.ready(2, 1, where, finish, book=True) == first
+    assert channels.free == pytest.approx([2.0, 2.0], rel=1e-6)

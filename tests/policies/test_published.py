@@ -57,7 +57,8 @@ def test_without_contention_the_simulator_replays_the_papers_schedule(policy, pa
     assert simulate(p, cluster, cost, links="none").makespan_s == paper
 
 
-@pytest.mark.parametrize("policy", ["heft", "cpop", "etf", "m_etf", "m_sct"])
+@pytest.mark.parametrize("policy", ["heft", "cpop", "etf", "m_etf:transfers=free",
+                                    "m_sct:transfers=free"])
 def test_without_contention_the_simulator_reproduces_each_list_schedulers_estimate(
         policy) -> None:
     from hwmodels import RooflineCost, get_cluster
