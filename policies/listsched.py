@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import heapq
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -25,12 +25,14 @@ from scipy.optimize import linprog
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import Param, PlacementPolicy, register_policy
+from policies.budget import ScheduleBook
 from policies.load import ClusterLoad
 from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
 from workloads.graph import Graph
 
-__all__ = ["CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS", "Channels"]
+__all__ = ["BUDGETS", "CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS",
+           "Channels"]
 
 
 class Timeline:
@@ -252,6 +254,12 @@ class Channels:
 #: How an ETF-style scheduler models transfers (see the module's docstring).
 TRANSFERS = ("free", "channel")
 
+#: How m-ETF and m-SCT count memory: along their own schedule, freeing a tensor once its
+#: readers are scheduled (``schedule``, Baechi's; :class:`~policies.budget.ScheduleBook`),
+#: or as if nothing were freed (``conservative``: a plan within it cannot run out of
+#: memory in the simulator; :class:`~policies.problem.MemoryBook`).
+BUDGETS = ("schedule", "conservative")
+
 #: How ETF-style schedulers break ties: ``level`` (the op of larger upward rank, on the
 #: device where it finishes first) or ``topo`` (Baechi's: the op earlier in its BFS
 #: topological order, on the device where it starts first, the lowest-numbered on a tie).
@@ -261,7 +269,7 @@ TIES = ("level", "topo")
 class _EtfState:
     """One ETF run's working state (kept per call, never on the policy)."""
 
-    def __init__(self, p: Problem, book: MemoryBook, fav: dict[int, int],
+    def __init__(self, p: Problem, book: MemoryBook | ScheduleBook, fav: dict[int, int],
                  channels: Channels | None) -> None:
         self.p, self.book, self.fav, self.channels = p, book, fav, channels
         self.pins = Pins(p)
@@ -280,10 +288,14 @@ class ETF(PlacementPolicy):
     name = "etf"
     load_aware = True
 
-    params = (Param("ties", "str", "level", choices=TIES,
+    params: ClassVar[tuple[Param, ...]] = (
+              Param("ties", "str", "level", choices=TIES,
                     doc="how ties between ready ops break (see TIES)"),
               Param("transfers", "str", "free", choices=TRANSFERS,
                     doc="transfers in the scheduler's model (see TRANSFERS)"))
+
+    #: The memory budget of a memory-aware subclass (see BUDGETS); none here.
+    budget = "conservative"
 
     def __init__(self, ties: str = "level", transfers: str = "free") -> None:
         self.ties = self.checked("ties", ties)
@@ -306,8 +318,9 @@ class ETF(PlacementPolicy):
         n_dev = len(p.devices)
         level = np.asarray(p.upward_rank())
         fav, report = self.favourite_parents(p)
-        s = _EtfState(p, MemoryBook(p, self.name), fav,
-                      Channels(p) if self.transfers == "channel" else None)
+        book = ScheduleBook(p, self.name) if self.budget == "schedule" else \
+            MemoryBook(p, self.name)
+        s = _EtfState(p, book, fav, Channels(p) if self.transfers == "channel" else None)
         free = np.asarray(p.busy, dtype=float)
         capacity = np.asarray(p.capacity, dtype=float)
         orders: list[list[int]] = [[] for _ in range(n_dev)]
@@ -332,12 +345,23 @@ class ETF(PlacementPolicy):
             if s.channels is not None:  # channels moved: every estimate may have
                 for k, waiting in enumerate(list(s.pool.ops)):
                     s.pool.rows[k] = self._ready_row(s, waiting)
+            if self.memory_aware and self.budget == "schedule":  # memory was freed
+                for k, waiting in enumerate(list(s.pool.ops)):
+                    s.pool.need[k] = self._need_row(s, waiting)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
                 if pending[succ] == 0:
                     self._admit(s, succ)
         placed = _placement(p, s.where, orders, s.finish, level.tolist())
+        if self.memory_aware:
+            peaks = s.book.peak if isinstance(s.book, ScheduleBook) else s.book.used
+            report = {**report, "budget": self.budget,
+                      "budget_peak_bytes": dict(zip(p.devices, peaks, strict=True))}
         return dataclasses.replace(placed, info=report or None)
+
+    def _need_row(self, s: _EtfState, op: int) -> np.ndarray:
+        return np.array([s.book.need(op, d, s.where) for d in range(len(s.p.devices))],
+                        dtype=float)
 
     def _ready_row(self, s: _EtfState, op: int) -> np.ndarray:
         """When ``op``'s inputs could be on each device (inf where it may not go)."""
@@ -355,13 +379,12 @@ class ETF(PlacementPolicy):
 
     def _admit(self, s: _EtfState, op: int) -> None:
         n_dev = len(s.p.devices)
-        need = np.array([s.book.need(op, d, s.where) for d in range(n_dev)], dtype=float) \
-            if self.memory_aware else np.zeros(n_dev)
+        need = self._need_row(s, op) if self.memory_aware else np.zeros(n_dev)
         parent = s.fav.get(op)
         s.pool.add(op, self._ready_row(s, op), need, -1 if parent is None else s.where[parent])
 
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
-              book: MemoryBook, level: np.ndarray) -> tuple[int, int, float]:
+              book: MemoryBook | ScheduleBook, level: np.ndarray) -> tuple[int, int, float]:
         k = len(pool.ops)
         start = np.maximum(pool.rows[:k], free)
         if self.memory_aware:
@@ -403,10 +426,14 @@ class METF(ETF):
     params = (Param("ties", "str", "topo", choices=TIES,
                     doc="how ties between ready ops break (see TIES)"),
               Param("transfers", "str", "channel", choices=TRANSFERS,
-                    doc="transfers in the scheduler's model (see TRANSFERS)"))
+                    doc="transfers in the scheduler's model (see TRANSFERS)"),
+              Param("budget", "str", "schedule", choices=BUDGETS,
+                    doc="how memory is counted (see BUDGETS)"))
 
-    def __init__(self, ties: str = "topo", transfers: str = "channel") -> None:
+    def __init__(self, ties: str = "topo", transfers: str = "channel",
+                 budget: str = "schedule") -> None:
         super().__init__(ties, transfers)
+        self.budget = self.checked("budget", budget)
 
 
 @register_policy
@@ -420,8 +447,10 @@ class MSCT(ETF):
     memory_aware = True
     params = METF.params
 
-    def __init__(self, ties: str = "topo", transfers: str = "channel") -> None:
+    def __init__(self, ties: str = "topo", transfers: str = "channel",
+                 budget: str = "schedule") -> None:
         super().__init__(ties, transfers)
+        self.budget = self.checked("budget", budget)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
         """Favourite children from the relaxed LP; where the LP fails, none, and the

@@ -111,3 +111,37 @@ def test_a_tensor_received_once_serves_every_later_reader_on_that_device() -> No
     # c on d1 reads the copy already there: no second transfer, channels untouched
     assert channels.ready(2, 1, where, finish, book=True) == first
     assert channels.free == pytest.approx([2.0, 2.0], rel=1e-6)
+
+
+def _chain4() -> Graph:
+    return Graph("c", [op("o0", nbytes=1000)] + [op(f"o{i}", (f"o{i - 1}",), nbytes=1000)
+                                                 for i in range(1, 4)])
+
+
+def test_m_etf_budgets_memory_along_its_own_schedule() -> None:
+    # A chain of four ops, each output 1000 bytes, on two devices of 2500 bytes. Along the
+    # schedule op i's output is freed once op i+1, its only reader, is scheduled: a device
+    # holds at most two outputs (2000 bytes) and the chain stays on d0.
+    cluster = toy_cluster(2, memory_bytes=2500, bandwidth=1e12)
+    p = plan(_chain4(), cluster, "m_etf", FixedCost(cluster, default=1.0))
+    assert [p.placement[f"o{i}"] for i in range(4)] == ["d0"] * 4
+    assert p.info["budget"] == "schedule"
+    assert p.info["budget_peak_bytes"] == {"d0": 2000, "d1": 0}
+
+
+def test_the_conservative_budget_refuses_the_chain_the_schedule_budget_fits() -> None:
+    # Nothing freed: d0 takes o0 and o1 (2000); o2 goes to d1 with a copy of o1's output
+    # (2000 there); o3 needs 1000 more on d1 (3000) or 2000 on d0 (4000): neither fits.
+    cluster = toy_cluster(2, memory_bytes=2500, bandwidth=1e12)
+    with pytest.raises(PlacementError, match="policy 'm_etf': op 'o3' needs 1000 bytes "
+                                             "and fits on no device"):
+        plan(_chain4(), cluster, "m_etf:budget=conservative", FixedCost(cluster))
+
+
+def test_the_schedule_budget_refuses_what_no_order_fits() -> None:
+    # 1500 bytes a device: o1 needs its output and o0's (2000) wherever it goes.
+    cluster = toy_cluster(2, memory_bytes=1500, bandwidth=1e12)
+    g = Graph("c", [op("o0", nbytes=1000), op("o1", ("o0",), nbytes=1000)])
+    with pytest.raises(PlacementError, match="policy 'm_etf': op 'o1' needs 1000 bytes "
+                                             "and fits on no device"):
+        plan(g, cluster, "m_etf", FixedCost(cluster, default=1.0))
