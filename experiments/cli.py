@@ -78,6 +78,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="placelab", description="Place deep-learning graphs on hardware, "
                      "simulate the plans, compare the policies.")
@@ -156,6 +166,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--order", choices=ORDERS, default="plan",
                    help="plan: devices follow the plan's order; priority: each device "
                         "starts its highest-priority ready op")
+    p.add_argument("--repair", type=_nonnegative_int, default=0, metavar="N",
+                   help="m_etf, m_sct: simulate, hold back on each device the memory it "
+                        "went over and place again, at most N times")
     p.add_argument("--trace", help="write a Chrome-trace JSON here")
     p.add_argument("--gantt", help="write a Gantt chart (.png or .svg) here")
     _add_json(p)

@@ -239,8 +239,16 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     cluster = get_cluster(args.cluster)
     make_policy(args.policy)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
-    p = plan(graph, cluster, args.policy, cost)
-    result = simulate(p, cluster, cost, order=args.order, links=args.links)
+    rounds: list[dict[str, Any]] = []
+    if args.repair:
+        from sim.repair import repair
+
+        repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
+                          links=args.links, order=args.order)
+        p, result, rounds = repaired.plan, repaired.result, repaired.rounds
+    else:
+        p = plan(graph, cluster, args.policy, cost)
+        result = simulate(p, cluster, cost, order=args.order, links=args.links)
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
@@ -251,7 +259,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             "order": args.order, "links": args.links, "placement_s": p.placement_s,
             "lower_bound_s": bound,
             "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
-            **result.summary()}
+            **result.summary(), "repair_rounds": rounds}
     lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
              f"  makespan     {result.makespan_s * 1e3:.3f} ms"
              + (f"  ({result.makespan_s / bound:.2f}x the lower bound "
@@ -263,6 +271,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     for d in cluster.device_names:
         lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
                      f"{result.peak_memory_bytes[d] / 1e9:7.3f} GB")
+    lines += [f"  repair {r['round']}     " + (f"refused: {r['refused']}" if "refused" in r
+                                                 else f"over by {r['over_bytes'] or 'nothing'}")
+              for r in rounds]
     lines += [f"  {what:<12} {path}" for what, path in (("trace", args.trace),
                                                          ("gantt", args.gantt)) if path]
     emit(args, data, "\n".join(lines))

@@ -188,3 +188,14 @@ def test_run_prints_measured_beside_simulated(capsys, tmp_path) -> None:
     code, _, err = run(capsys, "run", "--model", "lstm", "--seq-len", "2", "--policy", "heft",
                        "--train")
     assert code == 2 and "kind 'lstm_cell' has no backward kernel" in err
+
+
+def test_simulate_repair_reports_its_rounds(capsys) -> None:
+    assert main(["simulate", "--model", "mlp", "--cluster", "quad-v100-nvlink", "--policy",
+                 "m_etf", "--repair", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["repair_rounds"] == [{"round": 0, "over_bytes": {}, "held_bytes": {}}]
+    assert main(["simulate", "--model", "mlp", "--cluster", "quad-v100-nvlink", "--policy",
+                 "heft", "--repair", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "repair: policy 'heft': expected a memory-aware policy" in err
