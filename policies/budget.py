@@ -68,6 +68,19 @@ class ScheduleBook:
                 + sum(p.tensor_bytes[t] for t in self.outputs[op])
                 + sum(p.tensor_bytes[t] for t in self._remote(op, d, where)))
 
+    def need_row(self, op: int, where: list[int]) -> np.ndarray:
+        """:meth:`need` on every device at once."""
+        p = self.p
+        own = 0 if p.group[op] >= 0 and self.pinned[p.group[op]] else self.param[op]
+        base = own + self._group_extra(op) + self.workspace[op] + sum(
+            p.tensor_bytes[t] for t in self.outputs[op])
+        row = np.full(len(p.devices), float(base))
+        for t in dict.fromkeys(t for s, t in p.preds[op] if where[s] >= 0):
+            row += p.tensor_bytes[t]
+            for d in self.holders.get(t, ()):
+                row[d] -= p.tensor_bytes[t]
+        return row
+
     def fits(self, op: int, d: int, where: list[int]) -> bool:
         return self.used[d] + self.need(op, d, where) <= self.p.capacity[d]
 

@@ -29,6 +29,7 @@ from policies.budget import ScheduleBook
 from policies.load import ClusterLoad
 from policies.plans import Placement
 from policies.problem import MemoryBook, Pins, Problem
+from workloads.errors import OutOfMemory
 from workloads.graph import Graph
 
 __all__ = ["BUDGETS", "CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS",
@@ -224,6 +225,7 @@ class Channels:
         self.p = p
         self.free = [0.0] * len(p.devices)
         self.cached: dict[tuple[int, int], float] = {}
+        self.cached_on: dict[int, dict[int, float]] = {}  # tensor -> device -> arrival
 
     def _arrival(self, t: int, s: int, d: int, end: float, book: bool) -> float:
         cached = self.cached.get((t, d))
@@ -236,7 +238,25 @@ class Channels:
             self.free[s] = send + c
             self.free[d] = recv + c
             self.cached[(t, d)] = recv + c
+            self.cached_on.setdefault(t, {})[d] = recv + c
         return recv + c
+
+    def ready_row(self, op: int, where: list[int], finish: list[float]) -> np.ndarray:
+        """:meth:`ready` (a dry run) on every device at once."""
+        p = self.p
+        row = np.zeros(len(p.devices))
+        free = np.asarray(self.free)
+        for s, t in p.preds[op]:
+            src = where[s]
+            if src < 0:
+                continue
+            send = max(finish[s], self.free[src])
+            arrival = np.maximum(send, free) + p.comm_row(t, src)
+            arrival[src] = finish[s]
+            for d, at in self.cached_on.get(t, {}).items():
+                arrival[d] = at
+            np.maximum(row, arrival, out=row)
+        return row
 
     def ready(self, op: int, d: int, where: list[int], finish: list[float], *,
               book: bool = False) -> float:
@@ -329,7 +349,7 @@ class ETF(PlacementPolicy):
             if not pending[i] and not p.floating[i]:
                 self._admit(s, i)
         for _ in range(p.n - sum(p.floating)):
-            k, d, start = self._pick(p, s.pool, free, capacity, s.book, level)
+            k, d, start = self._current_pick(s, free, capacity, level)
             op = s.pool.ops[k]
             s.pool.remove(k)
             if s.channels is not None:  # the inputs' transfers, booked one after another
@@ -342,12 +362,6 @@ class ETF(PlacementPolicy):
             for mate in [w for w in s.pool.ops if w in landed]:  # group mates already ready
                 s.pool.remove(s.pool.ops.index(mate))
                 self._admit(s, mate)
-            if s.channels is not None:  # channels moved: every estimate may have
-                for k, waiting in enumerate(list(s.pool.ops)):
-                    s.pool.rows[k] = self._ready_row(s, waiting)
-            if self.memory_aware and self.budget == "schedule":  # memory was freed
-                for k, waiting in enumerate(list(s.pool.ops)):
-                    s.pool.need[k] = self._need_row(s, waiting)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
                 if pending[succ] == 0:
@@ -359,7 +373,42 @@ class ETF(PlacementPolicy):
                       "budget_peak_bytes": dict(zip(p.devices, peaks, strict=True))}
         return dataclasses.replace(placed, info=report or None)
 
+    def _current_pick(self, s: _EtfState, free: np.ndarray, capacity: np.ndarray,
+                      level: np.ndarray) -> tuple[int, int, float]:
+        """:meth:`_pick` on estimates brought up to date where it matters. With Baechi's
+        channels an op's ready times only grow after it is admitted (channels only get
+        busier, and a cached copy arrived no sooner than the estimate), so a stale row is
+        a lower bound: the pick is right once the chosen op's row is current. Memory needs
+        are refreshed the same way for the chosen op, and for every op before giving up."""
+        p, pool = s.p, s.pool
+        lazy = s.channels is not None or (self.memory_aware and self.budget == "schedule")
+        refreshed_all = not lazy
+        while True:
+            try:
+                k, d, start = self._pick(p, pool, free, capacity, s.book, level)
+            except OutOfMemory:
+                if refreshed_all:
+                    raise
+                for j, waiting in enumerate(pool.ops):
+                    pool.rows[j], pool.need[j] = self._estimates(s, waiting, pool.need[j])
+                refreshed_all = True
+                continue
+            if not lazy:
+                return k, d, start
+            row, need = self._estimates(s, pool.ops[k], pool.need[k])
+            if np.array_equal(row, pool.rows[k]) and np.array_equal(need, pool.need[k]):
+                return k, d, start
+            pool.rows[k], pool.need[k] = row, need
+
+    def _estimates(self, s: _EtfState, op: int, need: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """``op``'s ready row and memory need row as they stand now."""
+        memory = self.memory_aware and self.budget == "schedule"
+        return self._ready_row(s, op), self._need_row(s, op) if memory else need
+
     def _need_row(self, s: _EtfState, op: int) -> np.ndarray:
+        if isinstance(s.book, ScheduleBook):
+            return s.book.need_row(op, s.where)
         return np.array([s.book.need(op, d, s.where) for d in range(len(s.p.devices))],
                         dtype=float)
 
@@ -369,8 +418,7 @@ class ETF(PlacementPolicy):
         if s.channels is None:
             ready = np.array([_data_ready(p, op, d, s.where, s.finish) for d in range(n_dev)])
         else:
-            ready = np.array([s.channels.ready(op, d, s.where, s.finish)
-                              for d in range(n_dev)])
+            ready = s.channels.ready_row(op, s.where, s.finish)
         ready[np.isinf(p.times[op])] = np.inf
         pin = s.pins.of(op)
         if pin >= 0:

@@ -62,6 +62,7 @@ class Problem:
         self._init_groups(graph)
         self._by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         self._comm: dict[tuple[int, int, int], float] = {}
+        self._comm_rows: dict[tuple[int, int], np.ndarray] = {}
 
     def _op_times(self) -> np.ndarray:
         """``times[i, d]``: seconds op ``i`` takes on device ``d`` (inf if it cannot run)."""
@@ -160,6 +161,15 @@ class Problem:
                 self.devices[dst])
             self._comm[key] = value
         return value
+
+    def comm_row(self, tensor: int, src: int) -> np.ndarray:
+        """Seconds to move ``tensor`` from device ``src`` to each device (0 to itself)."""
+        key = (self.tensor_bytes[tensor] if self._by_size else -1 - tensor, src)
+        row = self._comm_rows.get(key)
+        if row is None:
+            row = np.array([self.comm(tensor, src, d) for d in range(len(self.devices))])
+            self._comm_rows[key] = row
+        return row
 
     def mean_comm(self, tensor: int) -> float:
         return self.cost.mean_transfer_time(self.tensor_names[tensor],
