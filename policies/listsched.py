@@ -383,22 +383,25 @@ class ETF(PlacementPolicy):
         p, pool = s.p, s.pool
         lazy = s.channels is not None or (self.memory_aware and self.budget == "schedule")
         refreshed_all = not lazy
+        best: tuple[np.ndarray, np.ndarray] | None = None
+        changed = -1
         while True:
             try:
-                k, d, start = self._pick(p, pool, free, capacity, s.book, level)
+                k, d, start, best = self._pick(p, pool, free, capacity, s.book, level,
+                                               best, changed)
             except OutOfMemory:
                 if refreshed_all:
                     raise
                 for j, waiting in enumerate(pool.ops):
                     pool.rows[j], pool.need[j] = self._estimates(s, waiting, pool.need[j])
-                refreshed_all = True
+                refreshed_all, best = True, None
                 continue
             if not lazy:
                 return k, d, start
             row, need = self._estimates(s, pool.ops[k], pool.need[k])
             if np.array_equal(row, pool.rows[k]) and np.array_equal(need, pool.need[k]):
                 return k, d, start
-            pool.rows[k], pool.need[k] = row, need
+            pool.rows[k], pool.need[k], changed = row, need, k
 
     def _estimates(self, s: _EtfState, op: int, need: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -432,35 +435,52 @@ class ETF(PlacementPolicy):
         s.pool.add(op, self._ready_row(s, op), need, -1 if parent is None else s.where[parent])
 
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
-              book: MemoryBook | ScheduleBook, level: np.ndarray) -> tuple[int, int, float]:
-        k = len(pool.ops)
-        start = np.maximum(pool.rows[:k], free)
-        if self.memory_aware:
-            used = np.asarray(book.used, dtype=float)
-            start[used + pool.need[:k] > capacity] = np.inf
-        kept = np.flatnonzero(pool.fav[:k] >= 0)
-        if len(kept):  # a favourite child stays with its parent while it can
-            cols = pool.fav[kept]
-            stay = start[kept, cols]
-            ok = np.isfinite(stay)
-            start[kept[ok]] = np.inf
-            start[kept[ok], cols[ok]] = stay[ok]
+              book: MemoryBook | ScheduleBook, level: np.ndarray,
+              best: tuple[np.ndarray, np.ndarray] | None = None, only: int = -1
+              ) -> tuple[int, int, float, tuple[np.ndarray, np.ndarray]]:
+        """The ready op that starts first, its device and start, and every pooled op's
+        (device, start) it chose among; given ``best`` from a previous call, only pooled
+        op ``only`` is looked at again (its estimates changed, nothing else did)."""
         ops = np.asarray(pool.ops)
-        if self.ties == "topo":  # where it starts first; argmin takes the lowest index
-            device = np.argmin(start, axis=1)
-        else:  # where it would finish first
-            device = np.argmin(start + p.times[ops], axis=1)
-        rows = np.arange(k)
-        first_start = start[rows, device]
-        best = first_start.min()
-        if not np.isfinite(best):
+        used = np.asarray(book.used, dtype=float) if self.memory_aware else free
+        if best is None:
+            device, first_start = self._firsts(p, pool, free, capacity - used, ops,
+                                               np.arange(len(pool.ops)))
+        else:
+            device, first_start = best
+            one = np.array([only])
+            device[one], first_start[one] = self._firsts(p, pool, free, capacity - used,
+                                                         ops, one)
+        top = first_start.min()
+        if not np.isfinite(top):
             raise book.fail(int(ops[np.argmax(level[ops])]))
-        tied = np.flatnonzero(first_start == best)
+        tied = np.flatnonzero(first_start == top)
         if self.ties == "topo":
             pick = tied[np.argmin(p.bfs_rank[ops[tied]])]
         else:
             pick = tied[np.lexsort((ops[tied], -level[ops[tied]]))[0]]
-        return int(pick), int(device[pick]), float(best)
+        return int(pick), int(device[pick]), float(top), (device, first_start)
+
+    def _firsts(self, p: Problem, pool: _ReadyPool, free: np.ndarray, room: np.ndarray,
+                ops: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For pooled ops ``rows``: the device each would take, and its start there
+        (``room``: bytes free per device)."""
+        start = np.maximum(pool.rows[rows], free)
+        if self.memory_aware:
+            start[pool.need[rows] > room] = np.inf
+        fav = pool.fav[rows]
+        kept = np.flatnonzero(fav >= 0)
+        if len(kept):  # a favourite child stays with its parent while it can
+            cols = fav[kept]
+            stay = start[kept, cols]
+            ok = np.isfinite(stay)
+            start[kept[ok]] = np.inf
+            start[kept[ok], cols[ok]] = stay[ok]
+        if self.ties == "topo":  # where it starts first; argmin takes the lowest index
+            device = np.argmin(start, axis=1)
+        else:  # where it would finish first
+            device = np.argmin(start + p.times[ops[rows]], axis=1)
+        return device, start[np.arange(len(rows)), device]
 
 
 @register_policy
