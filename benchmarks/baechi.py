@@ -126,7 +126,7 @@ def main() -> None:
     lines += ["", "GPT-2 small Adam step on quad-v100-nvlink:", ""]
     lines += part_gpt2(2, 128) if args.quick else part_gpt2(12, 1024)
     lines += ["", "Inception-v3 training (batch 32) under memory caps:", ""]
-    lines += part_caps((0.3, 0.1) if args.quick else (0.3, 0.2, 0.15, 0.1, 0.08))
+    lines += part_caps((0.3, 0.1) if args.quick else (0.3, 0.2, 0.15, 0.1, 0.08, 0.06, 0.05, 0.04))
     print("\n".join(lines))
 
 

@@ -68,12 +68,27 @@ class ScheduleBook:
                 + sum(p.tensor_bytes[t] for t in self.outputs[op])
                 + sum(p.tensor_bytes[t] for t in self._remote(op, d, where)))
 
+    def headroom(self, op: int) -> int:
+        """Room a group's first op must find beyond what it takes: the outputs and
+        workspace of the group's other scheduled ops, which will be made where it goes.
+        Checked, not charged, so a group is not pinned to a device that is nearly full
+        (charging it would hold it for the whole forward pass)."""
+        p = self.p
+        g = p.group[op]
+        if g < 0 or self.pinned[g]:
+            return 0
+        return sum(self._transient(m) for m in p.members[g] if m != op and not p.floating[m])
+
+    def _transient(self, op: int) -> int:
+        return self.workspace[op] + sum(self.p.tensor_bytes[t] for t in self.outputs[op])
+
     def need_row(self, op: int, where: list[int]) -> np.ndarray:
-        """:meth:`need` on every device at once."""
+        """:meth:`need` on every device at once, with the :meth:`headroom` the op must
+        find."""
         p = self.p
         own = 0 if p.group[op] >= 0 and self.pinned[p.group[op]] else self.param[op]
         base = own + self._group_extra(op) + self.workspace[op] + sum(
-            p.tensor_bytes[t] for t in self.outputs[op])
+            p.tensor_bytes[t] for t in self.outputs[op]) + self.headroom(op)
         row = np.full(len(p.devices), float(base))
         for t in dict.fromkeys(t for s, t in p.preds[op] if where[s] >= 0):
             row += p.tensor_bytes[t]

@@ -191,6 +191,7 @@ class _ReadyPool:
 
     def __init__(self, n_devices: int) -> None:
         self.ops: list[int] = []
+        self.index: dict[int, int] = {}  # op -> its row
         self.rows = np.zeros((16, n_devices))
         self.need = np.zeros((16, n_devices))
         self.fav = np.full(16, -1)
@@ -202,13 +203,17 @@ class _ReadyPool:
             self.need = np.vstack([self.need, np.zeros_like(self.need)])
             self.fav = np.concatenate([self.fav, np.full_like(self.fav, -1)])
         self.ops.append(op)
+        self.index[op] = k
         self.rows[k], self.need[k], self.fav[k] = ready, need, fav
 
     def remove(self, k: int) -> None:
         last = len(self.ops) - 1
-        self.ops[k] = self.ops[last]
-        self.rows[k], self.need[k] = self.rows[last], self.need[last]
-        self.fav[k] = self.fav[last]
+        del self.index[self.ops[k]]
+        if k != last:
+            self.ops[k] = self.ops[last]
+            self.index[self.ops[k]] = k
+            self.rows[k], self.need[k] = self.rows[last], self.need[last]
+            self.fav[k] = self.fav[last]
         self.ops.pop()
 
 
@@ -295,6 +300,8 @@ class _EtfState:
         self.pins = Pins(p)
         self.pool = _ReadyPool(len(p.devices))
         self.where, self.finish = [-1] * p.n, [0.0] * p.n
+        self.favourite_of = {parent: child for child, parent in fav.items()}
+        self.last = [-1] * len(p.devices)  # the op each device ran last
 
 
 @register_policy
@@ -322,9 +329,13 @@ class ETF(PlacementPolicy):
         self.transfers = self.checked("transfers", transfers)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
-        """Ops to keep on their parent's device (m-SCT), and what to report of choosing
-        them; none here."""
+        """Ops to keep near their parent (m-SCT), and what to report of choosing them;
+        none here."""
         return {}, {}
+
+    def keeps_favourites(self) -> str:
+        """How favourite children are kept: ``wait`` or ``pin`` (m-SCT); none here."""
+        return "pin"
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         return self._schedule(Problem(graph, cluster, cost))
@@ -357,10 +368,11 @@ class ETF(PlacementPolicy):
             end = start + float(p.times[op, d])
             s.book.commit(op, d, s.where)
             s.where[op], s.finish[op], free[d] = d, end, end
+            s.last[d] = op
             orders[d].append(op)
             landed = s.pins.fix(op, d, s.where)
             for mate in [w for w in s.pool.ops if w in landed]:  # group mates already ready
-                s.pool.remove(s.pool.ops.index(mate))
+                s.pool.remove(s.pool.index[mate])
                 self._admit(s, mate)
             for succ, _ in p.succs[op]:
                 pending[succ] -= 1
@@ -385,10 +397,12 @@ class ETF(PlacementPolicy):
         refreshed_all = not lazy
         best: tuple[np.ndarray, np.ndarray] | None = None
         changed = -1
+        awake = self._awake(s, free, capacity) if s.fav and \
+            self.keeps_favourites() == "wait" else {}
         while True:
             try:
                 k, d, start, best = self._pick(p, pool, free, capacity, s.book, level,
-                                               best, changed)
+                                               best, changed, awake)
             except OutOfMemory:
                 if refreshed_all:
                     raise
@@ -402,6 +416,26 @@ class ETF(PlacementPolicy):
             if np.array_equal(row, pool.rows[k]) and np.array_equal(need, pool.need[k]):
                 return k, d, start
             pool.rows[k], pool.need[k], changed = row, need, k
+
+    def _awake(self, s: _EtfState, free: np.ndarray, capacity: np.ndarray
+               ) -> dict[int, int]:
+        """Devices that wait for a favourite child: device -> the child's pool index.
+        A device waits when the favourite child of the last op it ran is ready and starts
+        there no later than on any other device (Baechi's SCT)."""
+        pool, awake = s.pool, {}
+        room = capacity - np.asarray(s.book.used, dtype=float)
+        for d, last in enumerate(s.last):
+            child = s.favourite_of.get(last, -1) if last >= 0 else -1
+            if child < 0 or child not in pool.index:
+                continue
+            k = pool.index[child]
+            pool.rows[k], pool.need[k] = self._estimates(s, child, pool.need[k])
+            start = np.maximum(pool.rows[k], free)
+            if self.memory_aware:
+                start[pool.need[k] > room] = np.inf
+            if np.isfinite(start[d]) and start[d] == start.min():
+                awake[d] = k
+        return awake
 
     def _estimates(self, s: _EtfState, op: int, need: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -432,11 +466,14 @@ class ETF(PlacementPolicy):
         n_dev = len(s.p.devices)
         need = self._need_row(s, op) if self.memory_aware else np.zeros(n_dev)
         parent = s.fav.get(op)
-        s.pool.add(op, self._ready_row(s, op), need, -1 if parent is None else s.where[parent])
+        pin = s.where[parent] if parent is not None and self.keeps_favourites() == "pin" \
+            else -1
+        s.pool.add(op, self._ready_row(s, op), need, pin)
 
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
               book: MemoryBook | ScheduleBook, level: np.ndarray,
-              best: tuple[np.ndarray, np.ndarray] | None = None, only: int = -1
+              best: tuple[np.ndarray, np.ndarray] | None = None, only: int = -1,
+              awake: dict[int, int] | None = None
               ) -> tuple[int, int, float, tuple[np.ndarray, np.ndarray]]:
         """The ready op that starts first, its device and start, and every pooled op's
         (device, start) it chose among; given ``best`` from a previous call, only pooled
@@ -445,12 +482,12 @@ class ETF(PlacementPolicy):
         used = np.asarray(book.used, dtype=float) if self.memory_aware else free
         if best is None:
             device, first_start = self._firsts(p, pool, free, capacity - used, ops,
-                                               np.arange(len(pool.ops)))
+                                               np.arange(len(pool.ops)), awake or {})
         else:
             device, first_start = best
             one = np.array([only])
             device[one], first_start[one] = self._firsts(p, pool, free, capacity - used,
-                                                         ops, one)
+                                                         ops, one, awake or {})
         top = first_start.min()
         if not np.isfinite(top):
             raise book.fail(int(ops[np.argmax(level[ops])]))
@@ -462,12 +499,20 @@ class ETF(PlacementPolicy):
         return int(pick), int(device[pick]), float(top), (device, first_start)
 
     def _firsts(self, p: Problem, pool: _ReadyPool, free: np.ndarray, room: np.ndarray,
-                ops: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                ops: np.ndarray, rows: np.ndarray, awake: dict[int, int]
+                ) -> tuple[np.ndarray, np.ndarray]:
         """For pooled ops ``rows``: the device each would take, and its start there
-        (``room``: bytes free per device)."""
+        (``room``: bytes free per device; ``awake``: devices waiting for a favourite
+        child, on which any other op starts no sooner than it is urgent)."""
         start = np.maximum(pool.rows[rows], free)
         if self.memory_aware:
             start[pool.need[rows] > room] = np.inf
+        if awake:
+            finite = np.where(np.isfinite(start), start, -np.inf)
+            urgent = finite.max(axis=1)
+            for d, child in awake.items():
+                others = rows != child
+                start[others, d] = np.maximum(start[others, d], urgent[others])
         fav = pool.fav[rows]
         kept = np.flatnonzero(fav >= 0)
         if len(kept):  # a favourite child stays with its parent while it can
@@ -508,38 +553,77 @@ class METF(ETF):
 class MSCT(ETF):
     """Memory-constrained Small Communication Time scheduling (Baechi's m-SCT, after Hanen
     and Munier): an LP relaxation (scipy HiGHS) picks each op's favourite child, the one its
-    output should not have to travel to; ETF then keeps a favourite child on its parent's
-    device whenever memory allows."""
+    output should not have to travel to. With ``favourites="wait"`` (Baechi's rule), a
+    device whose last op's favourite child is ready and would start there no later than
+    anywhere else waits for it, starting meanwhile only ops that are *urgent* (whose latest
+    start over the devices has come); with ``"pin"`` (placelab's earlier rule) a favourite
+    child goes to its parent's device whenever memory allows, however late. The LP is
+    rounded as Baechi rounds it (``rounding="baechi"``: an edge at 0.5 or more is a
+    favourite, later edges in graph order overriding earlier ones at the same parent or
+    child) or by a greedy matching on the LP's values (``"matching"``)."""
 
     name = "m_sct"
     memory_aware = True
-    params = METF.params
+    params = (*METF.params,
+              Param("favourites", "str", "wait", choices=("wait", "pin"),
+                    doc="how a favourite child is kept near its parent (see the class)"),
+              Param("rounding", "str", "baechi", choices=("baechi", "matching"),
+                    doc="how the LP's favourite-child values are rounded"))
 
     def __init__(self, ties: str = "topo", transfers: str = "channel",
-                 budget: str = "schedule") -> None:
+                 budget: str = "schedule", favourites: str = "wait",
+                 rounding: str = "baechi") -> None:
         super().__init__(ties, transfers)
         self.budget = self.checked("budget", budget)
+        self.favourites = self.checked("favourites", favourites)
+        self.rounding = self.checked("rounding", rounding)
 
     def favourite_parents(self, p: Problem) -> tuple[dict[int, int], dict[str, Any]]:
-        """Favourite children from the relaxed LP; where the LP fails, none, and the
-        Plan's ``info["sct_lp"]`` says why."""
+        """Favourite children (child -> parent) from the relaxed LP; where the LP fails,
+        none, and the Plan's ``info["sct_lp"]`` says why."""
         pairs: dict[tuple[int, int], float] = {}
-        for j in range(p.n):
-            for i, t in p.preds[j]:
-                if not p.floating[i]:  # a floating op joins its group, wherever that is
-                    pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
+        for i in range(p.n):  # edges in graph order: by parent, then child
+            if p.floating[i]:  # a floating op joins its group, wherever that is
+                continue
+            for j, t in p.succs[i]:
+                pairs[(i, j)] = pairs.get((i, j), 0.0) + p.mean_comm(t)
         if not pairs:
             return {}, {"sct_lp": "no edges: no favourite children"}
         x, status = _favourite_lp(p, list(pairs), list(pairs.values()))
         if x is None:
             return {}, {"sct_lp": f"failed ({status}): scheduled without favourite children"}
-        favourite: dict[int, int] = {}
-        taken: set[int] = set()
-        for (i, j), value in sorted(zip(pairs, x, strict=True), key=lambda e: -e[1]):
-            if value >= 0.5 and j not in favourite and i not in taken:
-                favourite[j] = i
-                taken.add(i)
-        return favourite, {"sct_lp": "optimal"}
+        chosen = _round_baechi if self.rounding == "baechi" else _round_matching
+        return chosen(list(pairs), x.tolist()), {"sct_lp": "optimal"}
+
+    def keeps_favourites(self) -> str:
+        return self.favourites
+
+
+def _round_baechi(edges: list[tuple[int, int]], x: list[float]) -> dict[int, int]:
+    """Baechi's rounding: every edge at 0.5 or more, in order, makes its child the parent's
+    favourite, replacing the parent's earlier favourite and the child's earlier parent."""
+    child_of: dict[int, int] = {}
+    parent_of: dict[int, int] = {}
+    for (i, j), value in zip(edges, x, strict=True):
+        if value < 0.5:
+            continue
+        if i in child_of:
+            parent_of.pop(child_of[i], None)
+        if j in parent_of:
+            child_of.pop(parent_of[j], None)
+        child_of[i], parent_of[j] = j, i
+    return parent_of
+
+
+def _round_matching(edges: list[tuple[int, int]], x: list[float]) -> dict[int, int]:
+    """Largest LP values first, at most one favourite per parent and parent per child."""
+    favourite: dict[int, int] = {}
+    taken: set[int] = set()
+    for (i, j), value in sorted(zip(edges, x, strict=True), key=lambda e: -e[1]):
+        if value >= 0.5 and j not in favourite and i not in taken:
+            favourite[j] = i
+            taken.add(i)
+    return favourite
 
 
 def _favourite_lp(p: Problem, edges: list[tuple[int, int]], comm: list[float]

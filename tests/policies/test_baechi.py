@@ -145,3 +145,45 @@ def test_the_schedule_budget_refuses_what_no_order_fits() -> None:
     with pytest.raises(PlacementError, match="policy 'm_etf': op 'o1' needs 1000 bytes "
                                              "and fits on no device"):
         plan(g, cluster, "m_etf", FixedCost(cluster, default=1.0))
+
+
+def _favourite_waits() -> Graph:
+    """P (1 s) makes a 5 s tensor for C and a tiny one for V; U (3 s) runs beside it."""
+    from workloads import Op, Tensor
+
+    return Graph("fc", [
+        Op("P", "relu", "elementwise",
+           outputs=(Tensor("P.small", (1,)), Tensor("P.big", (5 * 10**9 // 4,)))),
+        op("U"),
+        op("V", ("P.small",)),
+        op("C", ("P.big",)),
+    ])
+
+
+@pytest.mark.parametrize(("policy", "order"), [
+    # Baechi: when P ends (t=1) its device d0 is C's earliest (1 s against 6 s on d1), so
+    # d0 waits for C and starts V only once V is urgent (t=3, its start on d1): C runs at
+    # 1, then V at 2 on d0, free again.
+    ("m_sct", ["P", "C", "V"]),
+    # pinned, C may only go to d0, but V (earlier in topological order) takes d0 at 1
+    ("m_sct:favourites=pin", ["P", "V", "C"]),
+    ("m_etf", ["P", "V", "C"]),                # no favourites: the tie goes to V
+])
+def test_the_device_of_a_favourite_childs_parent_waits_for_it(policy: str,
+                                                               order: list[str]) -> None:
+    cluster = toy_cluster(2, bandwidth=1e9, latency_s=1e-9)
+    cost = FixedCost(cluster, {"P": 1.0, "U": 3.0, "V": 1.0, "C": 1.0})
+    p = plan(_favourite_waits(), cluster, policy, cost)
+    assert list(p.order["d0"]) == order
+    assert p.placement["U"] == "d1"
+
+
+def test_baechis_rounding_lets_a_later_edge_replace_an_earlier_favourite() -> None:
+    from policies.listsched import _round_baechi, _round_matching
+
+    edges = [(0, 1), (0, 2), (3, 2)]
+    x = [0.9, 0.6, 0.7]
+    # Baechi: (0,1) then (0,2) replaces 1 as 0's favourite, then (3,2) takes 2 from 0
+    assert _round_baechi(edges, x) == {2: 3}
+    # matching: largest first, (0,1) then (3,2); (0,2) conflicts with both
+    assert _round_matching(edges, x) == {1: 0, 2: 3}
