@@ -9,12 +9,13 @@ workspace and a copy of every remote input not yet on its device are charged; th
 workspace is released at once; a tensor (every copy of it) is released once all its
 readers have been scheduled, at once if it has none. A co-placement group's resident state
 and its floating ops' outputs (a layer's weights) are charged where and when the group is
-placed (as Baechi's placer without its ``reserve_memory`` option); nothing is reserved
-for the group's later ops, so on tight memory a backward op can find its forward op's
-device full and the policy refuses (Baechi's reservation, the largest output and
-workspace, strands such ops too). The budget is the peak of that account, which the
-simulator's peak can exceed (it frees at op ends, not at scheduling); ``sim.repair``
-closes that gap where it matters.
+placed. Nothing is reserved for the group's later ops (reserving, as Baechi's
+``reserve_memory`` option does, holds memory through the whole forward pass), but a
+group's first op goes only where the outputs and workspace of the group's other ops would
+also fit at that moment (:meth:`ScheduleBook.headroom`), so a backward op seldom finds its
+forward op's device full; when it does, the policy refuses. The budget is the peak of that
+account, which the simulator's peak can exceed (it frees at op ends, not at scheduling);
+``sim.repair`` closes that gap where it can.
 """
 
 from __future__ import annotations
