@@ -18,8 +18,10 @@ OP_KINDS: dict[str, str] = {
     "input": "source", "parameter": "source",
     # dense algebra
     "linear": "matmul", "matmul": "matmul", "conv2d": "conv", "embedding": "data_movement",
-    # whole layers imported as one op (torch's nn.MultiheadAttention, nn.LSTM, nn.GRU)
-    "attention": "matmul", "lstm": "matmul", "gru": "matmul", "transformer_layer": "matmul",
+    # whole layers imported as one op (torch's nn.MultiheadAttention, nn.LSTM, nn.GRU,
+    # nn.RNN, the transformer layers)
+    "attention": "matmul", "lstm": "matmul", "gru": "matmul", "rnn": "matmul",
+    "transformer_layer": "matmul",
     # elementwise
     "relu": "elementwise", "tanh": "elementwise", "sigmoid": "elementwise",
     "gelu": "elementwise", "add": "elementwise", "mul": "elementwise",

@@ -190,3 +190,95 @@ def test_a_training_step_matches_torchs_forward_and_backward(model, example,
         net(x).float().sum().backward()
     torchs = counter.get_total_flops()
     assert abs(dense(step) - torchs) <= within * torchs
+
+
+@pytest.mark.parametrize("whole", [
+    lambda: nn.TransformerDecoderLayer(32, 4, 64, batch_first=True),
+    lambda: nn.TransformerDecoder(nn.TransformerDecoderLayer(32, 4, 64, batch_first=True), 2,
+                                  norm=nn.LayerNorm(32)),
+], ids=["layer", "stack"])
+def test_a_transformer_decoder_is_one_op_with_its_layers_cost(whole) -> None:  # type: ignore[no-untyped-def]
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.dec = whole()
+
+        def forward(self, tgt, memory):  # type: ignore[no-untyped-def]
+            return self.dec(tgt, memory)
+
+    net, tgt, memory = Net(), torch.zeros(2, 5, 32), torch.zeros(2, 7, 32)
+    g = imported(net, (tgt, memory))
+    assert g.params == sum(p.numel() for p in net.parameters())
+    (op,) = [o for o in g if o.kind == "transformer_layer"]
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        net(tgt, memory)
+    # torch's products, plus biases, softmax, activation, norms and sums (under 10% here)
+    assert counter.get_total_flops() <= op.flops <= 1.1 * counter.get_total_flops()
+
+
+def test_a_whole_nn_transformer_counts_its_encoder_over_the_source() -> None:
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.t = nn.Transformer(32, 4, num_encoder_layers=2, num_decoder_layers=1,
+                                    dim_feedforward=64, batch_first=True)
+
+        def forward(self, src, tgt):  # type: ignore[no-untyped-def]
+            return self.t(src, tgt)
+
+    net, src, tgt = Net(), torch.zeros(2, 9, 32), torch.zeros(2, 4, 32)
+    g = imported(net, (src, tgt))
+    assert g.params == sum(p.numel() for p in net.parameters())
+    (op,) = [o for o in g if o.kind == "transformer_layer"]
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        net(src, tgt)
+    assert counter.get_total_flops() <= op.flops <= 1.1 * counter.get_total_flops()
+
+
+def test_a_plain_rnn_is_one_op_with_its_products_counted() -> None:
+    import torch.nn.functional as F
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.RNN(16, 24, num_layers=2, batch_first=True)
+            self.head = nn.Linear(24, 5)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            y, _ = self.rnn(x)
+            return self.head(y)
+
+    net, x = Net(), torch.zeros(4, 6, 16)
+    g = imported(net, x)
+    rnn = g.op("rnn")
+    assert rnn.kind == "rnn" and g.params == sum(p.numel() for p in net.parameters())
+    batch, steps, hidden = 4, 6, 24
+    with FlopCounterMode(display=False) as counter:  # the products, unrolled by hand
+        for width in (16, 24):
+            for _ in range(steps):
+                F.linear(torch.zeros(batch, width), torch.zeros(hidden, width))
+                F.linear(torch.zeros(batch, hidden), torch.zeros(hidden, hidden))
+    extras = 2 * steps * batch * hidden * (3 + 4)  # sum, two biases, the tanh
+    assert rnn.flops == counter.get_total_flops() + extras
+
+
+def test_a_plain_rnn_imports_alike_through_onnx(tmp_path: Path) -> None:
+    pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    from workloads.importers import import_onnx
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = nn.RNN(16, 24, num_layers=2, batch_first=True)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.rnn(x)[0]
+
+    net, x = Net().eval(), torch.zeros(3, 5, 16)
+    path = tmp_path / "rnn.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's own notes
+        torch.onnx.export(net, (x,), str(path), dynamo=False)
+    via_onnx, via_fx = import_onnx(path), imported(net, x)
+    assert via_onnx.params == via_fx.params == sum(p.numel() for p in net.parameters())
+    assert sum(op.flops for op in via_onnx if op.kind == "rnn") == via_fx.op("rnn").flops

@@ -7,12 +7,13 @@ __all__ = ["attention_flops", "interpolation_flops", "recurrent_flops"]
 #: Gate maths per hidden unit and step, at the importers' elementwise rates (sigmoid and
 #: tanh 4 FLOPs, a product or a sum 1): LSTM 3 sigmoids, 2 tanh, 3 products and 1 sum;
 #: GRU 2 sigmoids, 1 tanh, 3 products and 3 sums.
-GATE_MATHS = {4: 24, 3: 18}
+GATE_MATHS = {4: 24, 3: 18, 1: 4}
 
 
 def recurrent_flops(gates: int, *, steps: int, batch: int, input_size: int, hidden: int,
                     layers: int = 1, directions: int = 1) -> int:
-    """FLOPs of an LSTM (``gates=4``) or GRU (``gates=3``): per step, layer and direction,
+    """FLOPs of an LSTM (``gates=4``), GRU (``gates=3``) or plain RNN (``gates=1``, one
+    tanh or relu a unit): per step, layer and direction,
     the input and hidden products (``2 * batch * gates * hidden * (width + hidden)``, as
     ``torch.utils.flop_counter`` counts matrix products), their sum and two biases
     (``3 * batch * gates * hidden``), and the gate maths.

@@ -117,7 +117,7 @@ def _recurrent(gates: int) -> Callable[[_Node], tuple[str, str, int]]:
         hidden = int(n.attrs["hidden_size"])
         flops = recurrent_flops(gates, steps=steps, batch=batch, input_size=x.shape[-1],
                                 hidden=hidden, directions=directions)
-        return ("lstm" if gates == 4 else "gru"), "matmul", flops
+        return {4: "lstm", 3: "gru", 1: "rnn"}[gates], "matmul", flops
     return cost
 
 
@@ -143,6 +143,7 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Erf": _elementwise("erf", 4), "HardSwish": _elementwise("hardswish", 4),
     "HardSigmoid": _elementwise("hardsigmoid", 3), "ConvTranspose": _conv_transpose,
     "Resize": _resize, "LSTM": _recurrent(4), "GRU": _recurrent(3),
+    "RNN": _recurrent(1),
 }
 # Ops that only reinterpret their input: no bytes move.
 _VIEWS = {"Reshape": "reshape", "Flatten": "flatten", "Unsqueeze": "reshape",
@@ -152,10 +153,11 @@ _SHAPE_OF = {"Shape", "Size"}
 # Inputs at these positions are buffers, not trainable parameters.
 _BUFFER_INPUTS = {"BatchNormalization": (3, 4)}
 # Inputs at these positions are settings (read into the op's attributes), not data.
-_SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3), "LSTM": (4,), "GRU": (4,)}
+_SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3), "LSTM": (4,), "GRU": (4,),
+                   "RNN": (4,)}
 # Inputs at these positions are state the op starts from (a recurrent layer's initial
 # hidden and cell states), neither parameters nor settings.
-_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,)}
+_STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
 
 
 def _load(path: str | Path) -> Any:

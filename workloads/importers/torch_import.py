@@ -81,6 +81,14 @@ def _module_cost(module: Any, out: Tensor, ins: list[Tensor]) -> tuple[str, str,
         norm = 8 * _numel(out) if module.norm is not None else 0
         return "transformer_layer", "matmul", norm + sum(
             _encoder_layer(layer, out) for layer in module.layers)
+    if isinstance(module, nn.TransformerDecoderLayer | nn.TransformerDecoder):
+        return "transformer_layer", "matmul", _decoder(module, out, ins[1])
+    if isinstance(module, nn.Transformer):  # encoder over ins[0], decoder over ins[1]
+        memory = ins[0]
+        encoder = module.encoder
+        flops = sum(_encoder_layer(layer, memory) for layer in encoder.layers)
+        flops += 8 * _numel(memory) if encoder.norm is not None else 0
+        return "transformer_layer", "matmul", flops + _decoder(module.decoder, out, memory)
     if isinstance(module, nn.BatchNorm2d | nn.BatchNorm1d):
         return "batchnorm", "elementwise", 2 * _numel(out)
     if isinstance(module, nn.LayerNorm):
@@ -147,6 +155,31 @@ def _encoder_layer(layer: Any, out: Tensor) -> int:
     return flops + 2 * 8 * tokens * e + 2 * tokens * e  # norms, residual sums
 
 
+def _decoder(module: Any, out: Tensor, memory: Tensor) -> int:
+    """A transformer decoder layer (or a stack and its final norm) reading ``memory``:
+    self attention over the target, cross attention into the memory, the feed-forward
+    block, three layer norms and three residual sums."""
+    import torch.nn as nn
+
+    if isinstance(module, nn.TransformerDecoder):
+        norm = 8 * _numel(out) if module.norm is not None else 0
+        return norm + sum(_decoder(layer, out, memory) for layer in module.layers)
+    attention = module.self_attn
+    e = attention.embed_dim
+    tokens = _numel(out) // e
+    length = out.shape[1] if attention.batch_first else out.shape[0]
+    source = memory.shape[1] if attention.batch_first else memory.shape[0]
+    batch = tokens // length
+    ff = module.linear1.out_features
+    flops = attention_flops(batch=batch, length=length, source=length, embed=e, kdim=e,
+                            vdim=e, heads=attention.num_heads)
+    flops += attention_flops(batch=batch, length=length, source=source, embed=e, kdim=e,
+                             vdim=e, heads=module.multihead_attn.num_heads)
+    flops += 4 * tokens * e * ff + tokens * (ff + e)  # feed-forward products and biases
+    flops += 8 * tokens * ff  # activation (gelu's rate; relu is cheaper)
+    return flops + 3 * 8 * tokens * e + 3 * tokens * e  # norms, residual sums
+
+
 class _Tracer:
     """torch.fx's tracer with the layers imported whole kept as leaves."""
 
@@ -154,8 +187,9 @@ class _Tracer:
     def whole() -> tuple[type, ...]:
         import torch.nn as nn
 
-        return (nn.TransformerEncoder, nn.TransformerEncoderLayer, nn.MultiheadAttention,
-                nn.LSTM, nn.GRU)
+        return (nn.Transformer, nn.TransformerEncoder, nn.TransformerEncoderLayer,
+                nn.TransformerDecoder, nn.TransformerDecoderLayer, nn.MultiheadAttention,
+                nn.LSTM, nn.GRU, nn.RNN)
 
     @staticmethod
     def make() -> Any:
@@ -386,15 +420,15 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
             batch=_numel(q) // module.embed_dim // length, length=length, source=source,
             embed=module.embed_dim, kdim=module.kdim, vdim=module.vdim,
             heads=module.num_heads)
-    if isinstance(module, nn.LSTM | nn.GRU):
-        gates = 4 if isinstance(module, nn.LSTM) else 3
+    if isinstance(module, nn.LSTM | nn.GRU | nn.RNN):
+        gates = 4 if isinstance(module, nn.LSTM) else 3 if isinstance(module, nn.GRU) else 1
         x = ins[0]
         steps, batch = (x.shape[1], x.shape[0]) if module.batch_first else (
             x.shape[0], x.shape[1] if len(x.shape) == 3 else 1)
         flops = recurrent_flops(gates, steps=steps, batch=batch, input_size=module.input_size,
                                 hidden=module.hidden_size, layers=module.num_layers,
                                 directions=2 if module.bidirectional else 1)
-        return ("lstm" if gates == 4 else "gru"), flops
+        return {4: "lstm", 3: "gru", 1: "rnn"}[gates], flops
     raise KeyError(type(module).__name__)
 
 
