@@ -101,7 +101,9 @@ def part_speed(quick: bool) -> pd.DataFrame:
     cluster = get_cluster("dgx-h100-x2-ib")
     cost = RooflineCost(cluster)
     rows = []
-    for policy in HEURISTICS:
+    # m-ETF and m-SCT also with the transfer model and budget they had before Baechi's
+    for policy in (*HEURISTICS, "m_etf:transfers=free,budget=conservative",
+                   "m_sct:transfers=free,budget=conservative"):
         start = time.perf_counter()
         p = plan(graph, cluster, policy, cost)
         elapsed = time.perf_counter() - start
