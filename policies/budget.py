@@ -12,8 +12,9 @@ and its floating ops' outputs (a layer's weights) are charged where and when the
 placed. Nothing is reserved for the group's later ops (reserving, as Baechi's
 ``reserve_memory`` option does, holds memory through the whole forward pass), but a
 group's first op goes only where the outputs and workspace of the group's other ops would
-also fit at that moment (:meth:`ScheduleBook.headroom`), so a backward op seldom finds its
-forward op's device full; when it does, the policy refuses. The budget is the peak of that
+also fit at that moment (:meth:`ScheduleBook.headroom`; where no device has that room, it
+goes where it fits), so a backward op seldom finds its forward op's device full; when it
+does, the policy refuses. The budget is the peak of that
 account, which the simulator's peak can exceed (it frees at op ends, not at scheduling);
 ``sim.repair`` closes that gap where it can.
 """
@@ -44,6 +45,9 @@ class ScheduleBook:
         self.left = np.bincount(a.edge_tensor, minlength=len(p.tensor_bytes)).tolist()
         self.holders: dict[int, list[int]] = {}
         self.pinned = [False] * len(p.members)
+        #: Whether a group's first op must find :meth:`headroom` (a preference: a
+        #: scheduler that finds no device with it places without).
+        self.roomy = True
 
     def _group_extra(self, op: int) -> int:
         """What placing ``op`` brings of its group, if the group has no device yet: every
@@ -76,7 +80,7 @@ class ScheduleBook:
         (charging it would hold it for the whole forward pass)."""
         p = self.p
         g = p.group[op]
-        if g < 0 or self.pinned[g]:
+        if g < 0 or self.pinned[g] or not self.roomy:
             return 0
         return sum(self._transient(m) for m in p.members[g] if m != op and not p.floating[m])
 

@@ -404,8 +404,13 @@ class ETF(PlacementPolicy):
                 k, d, start, best = self._pick(p, pool, free, capacity, s.book, level,
                                                best, changed, awake)
             except OutOfMemory:
-                if refreshed_all:
+                book = s.book
+                if refreshed_all and not (isinstance(book, ScheduleBook) and book.roomy):
+                    if isinstance(book, ScheduleBook):
+                        book.roomy = True
                     raise
+                if refreshed_all and isinstance(book, ScheduleBook):
+                    book.roomy = False  # nothing fits with headroom: place without it
                 for j, waiting in enumerate(pool.ops):
                     pool.rows[j], pool.need[j] = self._estimates(s, waiting, pool.need[j])
                 refreshed_all, best = True, None
@@ -414,6 +419,10 @@ class ETF(PlacementPolicy):
                 return k, d, start
             row, need = self._estimates(s, pool.ops[k], pool.need[k])
             if np.array_equal(row, pool.rows[k]) and np.array_equal(need, pool.need[k]):
+                if isinstance(s.book, ScheduleBook) and not s.book.roomy:
+                    s.book.roomy = True  # the relaxed needs are stale from here on
+                    for j, waiting in enumerate(pool.ops):
+                        pool.need[j] = self._estimates(s, waiting, pool.need[j])[1]
                 return k, d, start
             pool.rows[k], pool.need[k], changed = row, need, k
 

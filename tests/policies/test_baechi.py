@@ -187,3 +187,25 @@ def test_baechis_rounding_lets_a_later_edge_replace_an_earlier_favourite() -> No
     assert _round_baechi(edges, x) == {2: 3}
     # matching: largest first, (0,1) then (3,2); (0,2) conflicts with both
     assert _round_matching(edges, x) == {1: 0, 2: 3}
+
+
+def test_a_group_goes_where_its_later_ops_fit_too_or_else_where_it_fits() -> None:
+    from workloads import Op, Tensor
+
+    def grouped(name: str, inputs: tuple[str, ...]) -> Op:
+        return Op(name, "relu", "elementwise", inputs=inputs,
+                  outputs=(Tensor(name, (250,)),), attrs={"colocate": "L"})
+
+    # a -> f -> c -> b, f and b one co-placement group, every output 1000 bytes.
+    g = Graph("grp", [op("a", nbytes=1000), grouped("f", ("a",)), op("c", ("f",), nbytes=1000),
+                      grouped("b", ("c",))])
+    roomy = toy_cluster(2, memory_bytes=3000, bandwidth=1e12)
+    # f on d0 needs 1000 beside a's 1000, and room for b's 1000 later: 3000 fits
+    p = plan(g, roomy, "m_etf", FixedCost(roomy, default=1.0))
+    assert set(p.placement.values()) == {"d0"}
+    assert p.info["budget_peak_bytes"]["d0"] == 2000  # a, f; then f, c; then c, b
+    # at 2500 no device has that room: f goes where it fits, and b fits after it there
+    tight = toy_cluster(2, memory_bytes=2500, bandwidth=1e12)
+    p = plan(g, tight, "m_etf", FixedCost(tight, default=1.0))
+    assert set(p.placement.values()) == {"d0"}
+    assert p.info["budget_peak_bytes"]["d0"] == 2000
