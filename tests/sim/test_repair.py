@@ -28,11 +28,11 @@ def test_a_plan_that_fits_needs_one_round() -> None:
 
 
 def test_each_round_holds_back_what_the_simulator_saw_overflow() -> None:
-    # ResNet-50's Adam step at 11% of a V100: m_etf's schedule budget fits, the simulator
-    # (which frees at op ends) overflows gpu0; the next round holds that back.
-    cluster = _capped(0.11)
+    # GPT-2 small's Adam step (batch 4) at 15% of a V100: m_etf's schedule budget fits,
+    # the simulator (which frees at op ends) overflows; holding that back, it fits.
+    cluster = _capped(0.15)
     cost = RooflineCost(cluster)
-    step = training_graph(build_model("resnet50", batch=32), "adam")
+    step = training_graph(build_model("gpt2_small", batch=4), "adam")
     first = simulate(plan(step, cluster, "m_etf", cost), cluster, cost)
     over = {d: p - first.memory_capacity_bytes[d] for d, p in first.peak_memory_bytes.items()
             if p > first.memory_capacity_bytes[d]}
@@ -40,10 +40,9 @@ def test_each_round_holds_back_what_the_simulator_saw_overflow() -> None:
     r = repair(step, cluster, "m_etf", cost, rounds=3)
     assert r.rounds[0] == {"round": 0, "over_bytes": over, "held_bytes": {}}
     assert r.rounds[1]["held_bytes"] == over
-    assert len(r.rounds) <= 4
-    # the last round either fits or says why the policy refused with that much held back
-    last = r.rounds[-1]
-    assert r.result.feasible or "refused" in last or len(r.rounds) == 4
+    assert r.result.feasible and r.rounds[-1]["over_bytes"] == {}
+    assert all(peak <= r.result.memory_capacity_bytes[d]
+               for d, peak in r.result.peak_memory_bytes.items())
 
 
 def test_rounds_zero_is_one_placement_and_bad_policies_are_named() -> None:

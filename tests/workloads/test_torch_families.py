@@ -282,3 +282,30 @@ def test_a_plain_rnn_imports_alike_through_onnx(tmp_path: Path) -> None:
     via_onnx, via_fx = import_onnx(path), imported(net, x)
     assert via_onnx.params == via_fx.params == sum(p.numel() for p in net.parameters())
     assert sum(op.flops for op in via_onnx if op.kind == "rnn") == via_fx.op("rnn").flops
+
+
+@pytest.mark.parametrize(("model", "example"), [
+    (MiniGPT, lambda: torch.zeros(2, 16, dtype=torch.long)),
+    (SmallViT, lambda: torch.zeros(2, 3, 32, 32))], ids=["MiniGPT", "SmallViT"])
+def test_transformers_import_through_onnx_once_constants_fold(model, example,
+                                                               tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # The exporter computes attention's weight slices from shapes: folded at import, the
+    # graph has every dimension. Its parameters are the file's: the exporter keeps only
+    # the rows of a parameter the example reads (positions) and folds a class token.
+    onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    from onnx import numpy_helper
+
+    from workloads.importers import import_onnx
+
+    net, x = model().eval(), example()
+    path = tmp_path / "m.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's own notes
+        torch.onnx.export(net, (x,), str(path), dynamo=False, do_constant_folding=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every operator has a formula
+        g = import_onnx(path)
+    stored = sum(numpy_helper.to_array(i).size for i in onnx.load(str(path)).graph.initializer
+                 if numpy_helper.to_array(i).dtype.kind == "f")
+    assert stored <= g.params <= stored + 8  # plus the scalar literals ops read
+    assert abs(dense(g) - counted(net, x)) <= 0.01 * counted(net, x)

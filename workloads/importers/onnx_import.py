@@ -22,6 +22,7 @@ from typing import Any
 from workloads.errors import GraphError
 from workloads.graph import Graph, Op, Tensor
 from workloads.importers.formulas import interpolation_flops, recurrent_flops
+from workloads.importers.onnx_fold import fold_constants
 
 __all__ = ["import_onnx"]
 
@@ -141,6 +142,7 @@ _COSTS: dict[str, Callable[[_Node], tuple[str, str, int]]] = {
     "Gather": _gather,
     "GroupNormalization": _fixed("groupnorm", "reduction", 8),
     "Erf": _elementwise("erf", 4), "HardSwish": _elementwise("hardswish", 4),
+    "Gelu": _elementwise("gelu", 8),
     "HardSigmoid": _elementwise("hardsigmoid", 3), "ConvTranspose": _conv_transpose,
     "Resize": _resize, "LSTM": _recurrent(4), "GRU": _recurrent(3),
     "RNN": _recurrent(1),
@@ -186,9 +188,12 @@ def _load(path: str | Path) -> Any:
     return model
 
 
-def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, int]) -> Any:
+def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, int]
+          ) -> tuple[Any, dict[str, tuple[str, ...]], dict[str, int]]:
     """The model with its inputs' symbolic dimensions bound (``dims`` by name, ``batch``
-    for the symbolic dimension 0 of the inputs), shapes inferred from them."""
+    for the symbolic dimension 0 of the inputs), shapes inferred from them and constants
+    folded (:func:`~workloads.importers.onnx_fold.fold_constants`: also the sources of
+    each folded weight and their sizes)."""
     import onnx
 
     consts = {i.name for i in model.graph.initializer}
@@ -208,7 +213,10 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
     try:
         # data_prop: shape arithmetic (Shape, Gather, Concat, ...) is evaluated, so that a
         # Reshape to a computed shape gets that shape.
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
+        return fold_constants(inferred)
+    except GraphError:
+        raise
     except Exception as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
@@ -255,7 +263,7 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
     >>> g.params
     25557032
     """
-    model = _bind(_load(path), path, batch, dims or {})
+    model, sources, sizes = _bind(_load(path), path, batch, dims or {})
     types = _value_types(model, path)
     consts = {i.name for i in model.graph.initializer}
     values = _constant_values(model)
@@ -272,7 +280,7 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
             # computed from constants, or from shapes, which are known by now: fold
             consts.update(o for o in node.output if o)
             continue
-        op = _op(node, i, types, consts, owners, unknown, path, values)
+        op = _op(node, i, types, consts, owners, unknown, path, values, (sources, sizes))
         if op is not None:
             ops.append(op)
     if unknown:
@@ -307,7 +315,8 @@ def _renamed(t: Tensor) -> Tensor:
 
 def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
         owners: dict[str, str], unknown: dict[str, int], path: str | Path,
-        values: dict[str, Any]) -> Op | None:
+        values: dict[str, Any],
+        folded: tuple[dict[str, tuple[str, ...]], dict[str, int]] = ({}, {})) -> Op | None:
     import onnx
 
     name = node.name or f"{node.op_type}_{index}"
@@ -328,18 +337,22 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     n = _Node(node.op_type, [types[t] for t in dyn], const_in, outputs, attrs)
     params = buffers = 0
     shares = None
+    sources, sizes = folded
     for k, t in const_in:
         if t.dtype not in _FLOAT or k in _SETTING_INPUTS.get(node.op_type, ()) \
                 or k in _STATE_INPUTS.get(node.op_type, ()):
             continue
-        if t.name in owners:
-            shares = owners[t.name]
-            continue
-        owners[t.name] = name
-        if k in _BUFFER_INPUTS.get(node.op_type, ()):
-            buffers += _numel(t)
-        else:
-            params += _numel(t)
+        # a folded weight (a slice or transpose of one) is its sources, counted once
+        for source, size in ([(s, sizes[s]) for s in sources[t.name]]
+                             if t.name in sources else [(t.name, _numel(t))]):
+            if source in owners:
+                shares = owners[source]
+                continue
+            owners[source] = name
+            if k in _BUFFER_INPUTS.get(node.op_type, ()):
+                buffers += size
+            else:
+                params += size
     if node.op_type in _VIEWS:
         kind, op_class, flops, view = _VIEWS[node.op_type], "data_movement", 0, True
     elif node.op_type in _COSTS:
