@@ -309,3 +309,36 @@ def test_transformers_import_through_onnx_once_constants_fold(model, example,
                  if numpy_helper.to_array(i).dtype.kind == "f")
     assert stored <= g.params <= stored + 8  # plus the scalar literals ops read
     assert abs(dense(g) - counted(net, x)) <= 0.01 * counted(net, x)
+
+
+def test_whole_layers_carry_the_settings_a_kernel_needs() -> None:
+    from workloads import Graph
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, 8, 3, stride=2, padding=1, groups=1)
+            self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+            self.gn = nn.GroupNorm(2, 4, eps=1e-3)
+            self.rnn = nn.GRU(4, 6, num_layers=2, batch_first=True, bidirectional=True)
+            self.att = nn.MultiheadAttention(12, 3, batch_first=True)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            y = self.gn(self.up(self.conv(x)))          # (2, 4, 8, 8)
+            seq = y.flatten(2).transpose(1, 2)          # (2, 64, 4)
+            h, _ = self.rnn(seq)                        # (2, 64, 12)
+            a, _ = self.att(h, h, h)
+            return a
+
+    g = imported(Net(), torch.zeros(2, 3, 8, 8))
+    assert {k: g.op("conv").attrs[k] for k in ("kernel", "stride", "padding", "groups")} == {
+        "kernel": (3, 3), "stride": (2, 2), "padding": (1, 1), "groups": 1}
+    assert g.op("up").attrs["output_padding"] == (0, 0)
+    assert (g.op("gn").attrs["groups"], g.op("gn").attrs["eps"]) == (2, 1e-3)
+    rnn = g.op("rnn").attrs
+    assert (rnn["hidden"], rnn["layers"], rnn["bidirectional"], rnn["batch_first"]) == (
+        6, 2, True, True)
+    assert (g.op("att").attrs["heads"], g.op("att").attrs["embed"]) == (3, 12)
+    again = Graph.from_json(g.to_json())
+    assert again.op("conv").attrs["stride"] in ((2, 2), [2, 2])
+    assert again.params == g.params

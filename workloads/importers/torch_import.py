@@ -22,6 +22,7 @@ from workloads.importers.formulas import (
     interpolation_flops,
     recurrent_flops,
 )
+from workloads.importers.torch_attrs import module_attrs
 
 __all__ = ["import_torch"]
 
@@ -395,13 +396,15 @@ def _tuple_op(node: Any, tree: list[Any], values: dict[str, Tensor], modules: di
         params = sum(p.numel() for p in own)
         state_bytes = sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
         kind, flops = _layer_cost(module, outs, ins)
+        settings = module_attrs(module)
     except KeyError as err:
         label = err.args[0]
         unknown[label] = unknown.get(label, 0) + 1
-        kind, flops = "opaque", 0
+        kind, flops, settings = "opaque", 0, {}
     return Op(name=node.name, kind=kind, op_class="data_movement" if kind == "opaque"
               else "matmul", inputs=tuple(dict.fromkeys(t.name for t in ins)),
-              outputs=tuple(outs), attrs={"torch": f"{node.op}:{target}"}, flops=int(flops),
+              outputs=tuple(outs), attrs={"torch": f"{node.op}:{target}", **settings},
+              flops=int(flops),
               params=params, param_bytes=state_bytes,
               bytes_read=sum(t.nbytes for t in ins) + state_bytes,
               bytes_written=sum(t.nbytes for t in outs))
@@ -448,6 +451,7 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
                 state_bytes += constants[a.name] * values_itemsize(out)
     target = _target_name(node)
     view = target in _VIEWS
+    settings: dict[str, Any] = {}
     try:
         if node.op == "call_module":
             module = modules[node.target]
@@ -457,6 +461,7 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
             params += sum(p.numel() for p in own)
             state_bytes += sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
             kind, op_class, flops = _module_cost(module, out, ins)
+            settings = module_attrs(module)
             if kind == "dropout":
                 view = True
         elif view:
@@ -471,7 +476,7 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
     hard = {"alpha": 1.0 / 6.0, "beta": 0.5} if kind == "hardsigmoid" else {}  # torch's
     return Op(name=node.name, kind=kind, op_class=op_class,
               inputs=tuple(dict.fromkeys(t.name for t in ins)), outputs=(out,),
-              attrs={"torch": f"{node.op}:{target}", **hard,
+              attrs={"torch": f"{node.op}:{target}", **hard, **settings,
                      **({"shares": shares} if shares else {})},
               flops=int(flops), params=params, param_bytes=param_bytes,
               bytes_read=0 if view else sum(t.nbytes for t in ins) + param_bytes,
