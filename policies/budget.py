@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.problem import Problem
+from policies.problem import Problem, out_of_memory
 from workloads.errors import OutOfMemory
 
 __all__ = ["ScheduleBook"]
@@ -131,11 +131,7 @@ class ScheduleBook:
             self.used[device] -= self.p.tensor_bytes[t]
 
     def fail(self, op: int) -> OutOfMemory:
-        free = ", ".join(f"{name} {cap - used}" for name, cap, used in
-                         zip(self.p.devices, self.p.capacity, self.used, strict=True))
-        return OutOfMemory(
-            f"policy {self.policy!r}: op {self.p.names[op]!r} needs {self.need_alone(op)} "
-            f"bytes and fits on no device (bytes free: {free})")
+        return out_of_memory(self.p, self.policy, op, self.need_alone(op), self.used)
 
     def need_alone(self, op: int) -> int:
         """Bytes ``op`` needs with every input already on its device."""

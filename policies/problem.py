@@ -32,7 +32,8 @@ from workloads.graph import Graph
 if TYPE_CHECKING:
     from policies.plans import Plan
 
-__all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "schedule_length"]
+__all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "out_of_memory",
+           "schedule_length"]
 
 
 class Problem:
@@ -252,11 +253,16 @@ class MemoryBook:
                 self.received.add((tensor, d))
 
     def fail(self, op: int) -> OutOfMemory:
-        free = ", ".join(f"{name} {cap - used}" for name, cap, used in
-                         zip(self.p.devices, self.p.capacity, self.used, strict=True))
-        return OutOfMemory(
-            f"policy {self.policy!r}: op {self.p.names[op]!r} needs "
-            f"{self.p.op_memory[op]} bytes and fits on no device (bytes free: {free})")
+        return out_of_memory(self.p, self.policy, op, self.p.op_memory[op], self.used)
+
+
+def out_of_memory(p: Problem, policy: str, op: int, needs: int, used: list[int]
+                  ) -> OutOfMemory:
+    """The error a memory-aware policy raises when ``op`` fits on no device."""
+    free = ", ".join(f"{name} {cap - u}" for name, cap, u in
+                     zip(p.devices, p.capacity, used, strict=True))
+    return OutOfMemory(f"policy {policy!r}: op {p.names[op]!r} needs {needs} bytes and "
+                       f"fits on no device (bytes free: {free})")
 
 
 class Pins:
