@@ -57,6 +57,13 @@ def split(value: str, what: str = "value", parts: list[str] | None = None) -> li
     return names
 
 
+def pass_specs(value: str) -> list[str]:
+    """``--passes cse,train:optimizer=adam,colocate=ops`` as one spec per pass."""
+    from workloads.params import split_specs
+
+    return split(value, "passes", split_specs(value))
+
+
 FIGURE = (".png", ".svg", ".pdf")
 #: Output files by command and option, checked before any work starts.
 FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -131,15 +138,17 @@ def load_graph(args: argparse.Namespace) -> Graph:
     if args.train:
         graph = training_graph(graph, args.optimizer, colocate=args.colocate)
     if getattr(args, "passes", None):
-        graph, _ = PassManager(split(args.passes, "passes")).run(graph)
+        graph, _ = PassManager(pass_specs(args.passes)).run(graph)
     return graph
 
 
 def cmd_model_show(args: argparse.Namespace) -> None:
     args.model, args.graph = args.name, None
-    summary = load_graph(args).summary()
-    summary.update(batch=args.batch, train=args.train,
-                   optimizer=args.optimizer if args.train else None)
+    graph = load_graph(args)
+    summary = graph.summary()
+    step = str(graph.meta.get("step", "forward"))  # the graph says what it is
+    summary.update(batch=graph.meta.get("batch", args.batch), train=step != "forward",
+                   optimizer=step.partition(".")[2] or None)
     text = "\n".join(f"{k:>17}: {v:,}" if type(v) is int else f"{k:>17}: {v}"
                      for k, v in summary.items())
     emit(args, summary, text)
@@ -336,7 +345,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
         args.policies, "policies", split_policies(args.policies))
     df = compare(split(args.model, "model"), split(args.cluster, "cluster"), policies,
                  batch=args.batch, cost=args.cost, train=args.train, optimizer=args.optimizer,
-                 colocate=args.colocate, passes=split(args.passes, "passes") if args.passes else (),
+                 colocate=args.colocate, passes=pass_specs(args.passes) if args.passes else (),
                  links=args.links, workers=args.workers)
     if args.out:
         write_results(df, args.out)

@@ -218,6 +218,8 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
     cost = _cost(spec, cluster)
     policy = _policy(spec)
     row: dict[str, Any] = {"cluster_hash": cluster.definition_hash,
+                           # what the graph is, passes included (a ``train`` pass)
+                           "step": graph.meta.get("step", spec.step),
                            "policy_params": json.dumps(policy.get_params(), sort_keys=True),
                            "lower_bound_s": lower_bound(graph, cluster, cost)}
     p = plan(graph, cluster, policy, cost)

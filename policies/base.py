@@ -18,6 +18,7 @@ from policies.params import Param
 from policies.plans import Placement, Plan, order_by_priority
 from workloads.errors import PlacementError, UnsupportedOp
 from workloads.graph import Graph
+from workloads.params import parse_spec, split_specs
 from workloads.registry import Registry
 
 __all__ = ["POLICIES", "Param", "PlacementPolicy", "Seed", "make_policy",
@@ -139,32 +140,15 @@ def make_policy(spec: str) -> PlacementPolicy:
     >>> make_policy("optimal:node_limit=50,max_ops=12")
     Optimal(node_limit=50, max_ops=12, time_limit_s=None)
     """
-    name, _, given = spec.partition(":")
-    cls = POLICIES.get(name)
-    if not given:
-        return cls()
-    params = policy_parameters(name)
-    kwargs: dict[str, Any] = {}
-    for item in given.split(","):
-        key, eq, text = item.partition("=")
-        key = key.strip()
-        if not eq or key not in params:
-            raise PlacementError(f"policy {name!r}: expected parameters key=value with keys "
-                                 f"among {', '.join(params) or 'none'}, got {item!r}")
-        kwargs[key] = params[key].parse(name, text.strip())
+    cls = POLICIES.get(spec.partition(":")[0])
+    _, kwargs = parse_spec(spec, cls.params, what="policy", error=PlacementError)
     return cls(**kwargs)
 
 
 def split_policies(text: str) -> list[str]:
     """``"heft,optimal:node_limit=50,max_ops=12"`` -> ``["heft", "optimal:node_limit=50,
     max_ops=12"]``: a comma followed by ``key=value`` continues the policy before it."""
-    specs: list[str] = []
-    for token in text.split(","):
-        if "=" in token and ":" not in token and specs:
-            specs[-1] += "," + token
-        else:
-            specs.append(token)
-    return specs
+    return split_specs(text)
 
 
 def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,

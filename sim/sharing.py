@@ -30,8 +30,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from policies.params import Param
 from workloads.errors import PlacementError
+from workloads.params import Param, parse_spec
 from workloads.registry import Registry
 
 if TYPE_CHECKING:
@@ -100,17 +100,8 @@ def make_sharing(spec: str | SharingPolicy) -> SharingPolicy:
     """
     if isinstance(spec, SharingPolicy):
         return spec
-    name, _, given = spec.partition(":")
-    cls = SHARING.get(name)
-    params = {p.name: p for p in cls.params}
-    kwargs: dict[str, Any] = {}
-    for item in filter(None, given.split(",")):
-        key, eq, text = item.partition("=")
-        if not eq or key.strip() not in params:
-            raise PlacementError(f"sharing policy {name!r}: expected parameters key=value "
-                                 f"with keys among {', '.join(params) or 'none'}, got "
-                                 f"{item!r}")
-        kwargs[key.strip()] = params[key.strip()].parse(name, text.strip())
+    cls = SHARING.get(spec.partition(":")[0])
+    _, kwargs = parse_spec(spec, cls.params, what="sharing policy", error=PlacementError)
     return cls(**kwargs)
 
 
@@ -181,7 +172,7 @@ class Priority(SharingPolicy):
                     doc="a higher-priority job takes the device at the next op boundary"),)
 
     def __init__(self, preempt: bool = True) -> None:
-        self.preempt = Param("preempt", "bool", True).check(self.name, preempt)
+        self.preempt = self.params[0].check(self.name, preempt, what="sharing policy")
 
     def new_state(self, run: SharedRun) -> list[int]:
         return [-1] * run.n_physical  # the job holding each device (preempt=False)
@@ -214,4 +205,4 @@ class Partition(_Arrival):
                         "false: memory stays shared (MPS)"),)
 
     def __init__(self, memory: bool = True) -> None:
-        self.memory = Param("memory", "bool", True).check(self.name, memory)
+        self.memory = self.params[0].check(self.name, memory, what="sharing policy")

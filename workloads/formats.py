@@ -43,5 +43,6 @@ class GraphDocument(Schema):
     format: Literal["placelab.graph"]
     version: Literal[1]
     name: str = "graph"
+    meta: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
     ops: list[OpDocument]
     outputs: list[str] | None = None

@@ -56,8 +56,12 @@ class Graph:
     """
 
     def __init__(self, name: str, ops: Iterable[Op],
-                 outputs: Iterable[str] | None = None) -> None:
+                 outputs: Iterable[str] | None = None, *,
+                 meta: Mapping[str, Any] | None = None) -> None:
         self.name = name
+        #: What the graph is of: ``model``, ``batch``, ``seq_len``, ``dtype``, ``step``
+        #: (``forward`` or ``train.<optimizer>``) and what transforms record, as given.
+        self.meta: Mapping[str, Any] = MappingProxyType(dict(meta or {}))
         # Built with C-level iteration (map, zip, chain) and checked in bulk; a failed check
         # walks the ops again to name the first offender. Graphs reach a million ops.
         with gc_paused():
@@ -216,7 +220,7 @@ class Graph:
         if not isinstance(other, Graph):
             return NotImplemented
         return (self.name == other.name and self.ops == other.ops
-                and self.outputs == other.outputs)
+                and self.outputs == other.outputs and dict(self.meta) == dict(other.meta))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -353,8 +357,23 @@ class Graph:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "name": self.name,
+                **({"meta": dict(self.meta)} if self.meta else {}),
                 "ops": [op.to_dict() for op in self._ops.values()],
                 "outputs": list(self._outputs)}
+
+    def derive(self, ops: Iterable[Op], outputs: Iterable[str] | None = None, *,
+               name: str | None = None, **meta: Any) -> Graph:
+        """A new graph of ``ops`` that keeps this one's name and metadata (``meta``
+        updates it; ``outputs``: this graph's by default).
+
+        >>> from workloads.zoo import build_model
+        >>> g = build_model("mlp", batch=8)
+        >>> g.derive(g.ops, step="forward", note="copy").meta["batch"]
+        8
+        """
+        return Graph(self.name if name is None else name, ops,
+                     self.outputs if outputs is None else outputs,
+                     meta={**self.meta, **meta})
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "graph") -> Graph:
@@ -376,7 +395,7 @@ class Graph:
             except GraphError as err:
                 raise GraphError(f"{source}: ops[{i}]: {err}") from None
         try:
-            return cls(doc.name, ops, doc.outputs)
+            return cls(doc.name, ops, doc.outputs, meta=doc.meta)
         except GraphError as err:
             raise GraphError(f"{source}: {err}") from None
 

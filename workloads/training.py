@@ -190,7 +190,8 @@ def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops"
         ops.append(_update(forward.op(owner), parts, tensors, opt, hyper))
     from workloads.graph import Graph  # here: the optimizer table is read without networkx
 
-    return Graph(f"{forward.name}.train.{optimizer}", _grouped(ops, forward, colocate))
+    return Graph(f"{forward.name}.train.{optimizer}", _grouped(ops, forward, colocate),
+                 meta={**forward.meta, "step": f"train.{optimizer}", "colocate": colocate})
 
 
 def _parameters(forward: Graph) -> list[Op]:

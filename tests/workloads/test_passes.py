@@ -128,3 +128,41 @@ def test_fusion_is_near_linear_on_long_chains() -> None:
     assert changed and len(fused) == 1501
     assert all(op.attrs.get("fused") == (f"relu{i + 1}",)
                for i, op in enumerate(o for o in fused if o.kind == "linear"))
+
+
+def test_passes_take_arguments_and_the_training_step_is_one() -> None:
+    from workloads import build_model
+    from workloads.passes import PassManager, make_pass
+    from workloads.training import training_graph
+
+    g = build_model("mlp", batch=4)
+    stepped, modified = PassManager(["train:optimizer=adam,colocate=weights"]).run(g)
+    assert modified and stepped == training_graph(g, "adam", colocate="weights")
+    assert dict(stepped.meta) == {"model": "mlp", "batch": 4, "seq_len": None,
+                                  "dtype": "fp32", "step": "train.adam",
+                                  "colocate": "weights"}
+    assert repr(make_pass("train:optimizer=momentum")) == (
+        "TrainingStep(optimizer='momentum', colocate='ops')")
+    with pytest.raises(GraphError, match="pass 'train': optimizer must be one of adam, "
+                                         "momentum, sgd, got 'lion'"):
+        make_pass("train:optimizer=lion")
+    with pytest.raises(GraphError, match="pass 'cse': expected parameters key=value with "
+                                         "keys among none, got 'depth=2'"):
+        make_pass("cse:depth=2")
+    with pytest.raises(GraphError, match="is already a train.adam step; expected a forward"):
+        PassManager(["train"]).run(stepped)
+
+
+def test_graph_metadata_survives_passes_and_json() -> None:
+    from workloads import Graph, build_model
+    from workloads.passes import PassManager
+
+    g = build_model("bert_base", batch=2, seq_len=16)
+    fused, _ = PassManager(["fuse_elementwise", "cse", "dce"]).run(g)
+    assert dict(fused.meta) == dict(g.meta) == {"model": "bert_base", "batch": 2,
+                                                "seq_len": 16, "dtype": "fp32",
+                                                "step": "forward"}
+    assert Graph.from_json(fused.to_json()).meta == fused.meta
+    with pytest.raises(GraphError, match=r"graph: meta\.batch.*got \[1\]"):
+        Graph.from_json('{"format": "placelab.graph", "version": 1, "meta": {"batch": [1]}, '
+                        '"ops": []}')

@@ -9,24 +9,52 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from workloads.errors import GraphError
 from workloads.graph import Graph
+from workloads.params import Param, parse_spec
 from workloads.registry import Registry
 
 __all__ = ["PASSES", "Pass", "PassManager", "make_pass", "register_pass"]
 
 
 class Pass(ABC):
-    """One graph transformation. Required: :meth:`call`; hooks default to no checks."""
+    """One graph transformation. Required: :meth:`call`; hooks default to no checks.
+    Arguments are keyword parameters of the constructor, declared in :attr:`params` (so
+    ``--passes train:optimizer=adam`` and a sweep read and check them) and stored under
+    their own names."""
 
     name: ClassVar[str] = ""
     #: Applying the pass to its own result changes nothing (the conformance suite checks it).
     idempotent: ClassVar[bool] = True
+    #: The result keeps every output of the input (a training step ends elsewhere).
+    keeps_outputs: ClassVar[bool] = True
+    #: The constructor's keyword parameters.
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def checked(self, name: str, value: Any) -> Any:
+        """``value`` checked against the declared parameter ``name``."""
+        (param,) = [p for p in self.params if p.name == name]
+        return param.check(self.name, value, what="pass", error=GraphError)
+
+    def get_params(self) -> dict[str, Any]:
+        return {p.name: getattr(self, p.name) for p in self.params}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"
 
     def requires(self, graph: Graph) -> None:  # noqa: B027  (an optional hook)
         """Raise :class:`GraphError` if ``graph`` is not one this pass accepts."""
+
+    def accepts(self, graph: Graph) -> bool:
+        """Whether :meth:`requires` lets ``graph`` through."""
+        try:
+            self.requires(graph)
+        except GraphError:
+            return False
+        return True
 
     @abstractmethod
     def call(self, graph: Graph) -> tuple[Graph, bool]:
@@ -34,6 +62,8 @@ class Pass(ABC):
 
     def ensures(self, before: Graph, after: Graph) -> None:
         """Raise :class:`GraphError` if ``after`` breaks what this pass promises."""
+        if not self.keeps_outputs:
+            return
         missing = [t for t in before.outputs if t not in after.outputs]
         if missing:
             raise GraphError(f"pass {self.name!r}: lost graph output {missing[0]!r}")
@@ -47,6 +77,7 @@ class Pass(ABC):
 
 #: The standard passes, imported on first lookup.
 PASSES: Registry[type[Pass]] = Registry("pass", "placelab.passes", builtins={
+    "train": "workloads.passes.standard:TrainingStep",
     "dce": "workloads.passes.standard:DeadCodeElimination",
     "cse": "workloads.passes.standard:CommonSubexpressionElimination",
     "fuse_elementwise": "workloads.passes.standard:ElementwiseFusion",
@@ -59,8 +90,15 @@ def register_pass(cls: type[Pass]) -> type[Pass]:
     return cls
 
 
-def make_pass(name: str) -> Pass:
-    return PASSES.get(name)()
+def make_pass(spec: str) -> Pass:
+    """A registered pass from ``name`` or ``name:key=value,...`` (its declared parameters).
+
+    >>> make_pass("train:optimizer=adam")
+    TrainingStep(optimizer='adam', colocate='ops')
+    """
+    cls = PASSES.get(spec.partition(":")[0])
+    _, kwargs = parse_spec(spec, cls.params, what="pass", error=GraphError)
+    return cls(**kwargs)
 
 
 class PassManager:

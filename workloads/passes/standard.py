@@ -7,8 +7,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from workloads.errors import GraphError
 from workloads.graph import Graph, Op
+from workloads.params import Param
 from workloads.passes.base import Pass, register_pass
+from workloads.training import COLOCATE, OPTIMIZERS, training_graph
 
 __all__ = ["CommonSubexpressionElimination", "DeadCodeElimination", "ElementwiseFusion"]
 
@@ -19,7 +22,7 @@ def _rebuild(graph: Graph, ops: Iterable[Op], rename: Mapping[str, str] | None =
     if rename:
         ops = [replace(op, inputs=tuple(rename.get(t, t) for t in op.inputs)) for op in ops]
     outputs = list(dict.fromkeys(rename.get(t, t) for t in graph.outputs))
-    return Graph(graph.name, ops, outputs)
+    return graph.derive(ops, outputs)
 
 
 @register_pass
@@ -113,7 +116,7 @@ class ElementwiseFusion(Pass):
             modified = True
         if not modified:
             return graph, False
-        return Graph(graph.name, list(state.ops.values()), graph.outputs), True
+        return graph.derive(list(state.ops.values())), True
 
 
 _FUSION_KEYS = ("fused", "fused_head_inputs", "fused_ops")
@@ -194,3 +197,31 @@ class _FusionState:
             readers.remove(consumer.name)
             if producer.name not in readers:
                 readers.append(producer.name)
+
+
+@register_pass
+class TrainingStep(Pass):
+    """The training step of a forward graph (:func:`workloads.training.training_graph`):
+    forward, loss, backward and the optimizer's update, as a pass, so that it composes
+    with the others (``--passes fuse_elementwise,train:optimizer=adam``)."""
+
+    name = "train"
+    idempotent = False
+    keeps_outputs = False
+    params = (Param("optimizer", "str", "sgd", choices=tuple(sorted(OPTIMIZERS)),
+                    doc="the optimizer whose update ends the step"),
+              Param("colocate", "str", "ops", choices=COLOCATE,
+                    doc="ops that must share a device (see workloads.training)"))
+
+    def __init__(self, optimizer: str = "sgd", colocate: str = "ops") -> None:
+        self.optimizer = self.checked("optimizer", optimizer)
+        self.colocate = self.checked("colocate", colocate)
+
+    def requires(self, graph: Graph) -> None:
+        step = graph.meta.get("step", "forward")
+        if step != "forward":
+            raise GraphError(f"pass 'train': graph {graph.name!r} is already a {step} "
+                             f"step; expected a forward graph")
+
+    def call(self, graph: Graph) -> tuple[Graph, bool]:
+        return training_graph(graph, self.optimizer, colocate=self.colocate), True

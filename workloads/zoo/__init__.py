@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from workloads.errors import RegistryError
@@ -52,11 +53,16 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
     if not isinstance(batch, int) or batch < 1:
         raise RegistryError(f"model {name!r}: batch must be an int >= 1, got {batch!r}")
     if seq_len is None:
-        return fn(batch=batch, dtype=dtype)
-    if "seq_len" not in inspect.signature(fn).parameters:
+        graph = fn(batch=batch, dtype=dtype)
+    elif "seq_len" not in inspect.signature(fn).parameters:
         raise RegistryError(f"model {name!r}: takes no seq_len, got {seq_len}")
-    if not isinstance(seq_len, int) or seq_len < 1:
+    elif not isinstance(seq_len, int) or seq_len < 1:
         raise RegistryError(f"model {name!r}: seq_len must be an int >= 1, got {seq_len!r}")
-    return fn(batch=batch, dtype=dtype, seq_len=seq_len)
+    else:
+        graph = fn(batch=batch, dtype=dtype, seq_len=seq_len)
+    # the graph is new and not yet shared: record what it is without rebuilding it
+    graph.meta = MappingProxyType({**graph.meta, "model": name, "batch": batch,
+                                   "seq_len": seq_len, "dtype": dtype, "step": "forward"})
+    return graph
 
 
