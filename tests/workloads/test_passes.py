@@ -149,7 +149,7 @@ def test_passes_take_arguments_and_the_training_step_is_one() -> None:
     with pytest.raises(GraphError, match="pass 'cse': expected parameters key=value with "
                                          "keys among none, got 'depth=2'"):
         make_pass("cse:depth=2")
-    with pytest.raises(GraphError, match="is already a train.adam step; expected a forward"):
+    with pytest.raises(GraphError, match=r"is already a train\.adam step; expected a forward"):
         PassManager(["train"]).run(stepped)
 
 
