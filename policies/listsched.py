@@ -228,7 +228,7 @@ class Channels:
 
     def __init__(self, p: Problem) -> None:
         self.p = p
-        self.free = [0.0] * len(p.devices)
+        self.free = np.zeros(len(p.devices))
         self.cached: dict[tuple[int, int], float] = {}
         self.cached_on: dict[int, dict[int, float]] = {}  # tensor -> device -> arrival
 
@@ -250,12 +250,12 @@ class Channels:
         """:meth:`ready` (a dry run) on every device at once."""
         p = self.p
         row = np.zeros(len(p.devices))
-        free = np.asarray(self.free)
+        free = self.free
         for s, t in p.preds[op]:
             src = where[s]
             if src < 0:
                 continue
-            send = max(finish[s], self.free[src])
+            send = max(finish[s], float(free[src]))
             arrival = np.maximum(send, free) + p.comm_row(t, src)
             arrival[src] = finish[s]
             for d, at in self.cached_on.get(t, {}).items():
@@ -399,10 +399,13 @@ class ETF(PlacementPolicy):
         changed = -1
         awake = self._awake(s, free, capacity) if s.fav and \
             self.keeps_favourites() == "wait" else {}
+        ops = np.asarray(pool.ops)
+        room = capacity - np.asarray(s.book.used, dtype=float) if self.memory_aware \
+            else capacity
         while True:
             try:
                 k, d, start, best = self._pick(p, pool, free, capacity, s.book, level,
-                                               best, changed, awake)
+                                               best, changed, awake, (ops, room))
             except OutOfMemory:
                 book = s.book
                 if refreshed_all and not (isinstance(book, ScheduleBook) and book.roomy):
@@ -482,21 +485,28 @@ class ETF(PlacementPolicy):
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
               book: MemoryBook | ScheduleBook, level: np.ndarray,
               best: tuple[np.ndarray, np.ndarray] | None = None, only: int = -1,
-              awake: dict[int, int] | None = None
+              awake: dict[int, int] | None = None,
+              context: tuple[np.ndarray, np.ndarray] | None = None
               ) -> tuple[int, int, float, tuple[np.ndarray, np.ndarray]]:
         """The ready op that starts first, its device and start, and every pooled op's
         (device, start) it chose among; given ``best`` from a previous call, only pooled
-        op ``only`` is looked at again (its estimates changed, nothing else did)."""
-        ops = np.asarray(pool.ops)
-        used = np.asarray(book.used, dtype=float) if self.memory_aware else free
+        op ``only`` is looked at again (its estimates changed, nothing else did).
+        ``context``: the pool's ops as an array and each device's free bytes, when the
+        caller holds them already."""
+        ops = np.asarray(pool.ops) if context is None else context[0]
+        if context is None:
+            used = np.asarray(book.used, dtype=float) if self.memory_aware else free
+            room = capacity - used
+        else:
+            room = context[1]
         if best is None:
-            device, first_start = self._firsts(p, pool, free, capacity - used, ops,
+            device, first_start = self._firsts(p, pool, free, room, ops,
                                                np.arange(len(pool.ops)), awake or {})
         else:
             device, first_start = best
             one = np.array([only])
-            device[one], first_start[one] = self._firsts(p, pool, free, capacity - used,
-                                                         ops, one, awake or {})
+            device[one], first_start[one] = self._firsts(p, pool, free, room, ops, one,
+                                                         awake or {})
         top = first_start.min()
         if not np.isfinite(top):
             raise book.fail(int(ops[np.argmax(level[ops])]))
