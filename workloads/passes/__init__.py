@@ -2,7 +2,7 @@
 
 >>> from workloads.passes import PASSES
 >>> PASSES.names()
-['cse', 'dce', 'fuse_elementwise']
+['cse', 'dce', 'fuse_elementwise', 'train']
 """
 
 from workloads.passes.base import PASSES, Pass, PassManager, make_pass, register_pass
