@@ -195,16 +195,19 @@ class _ReadyPool:
         self.rows = np.zeros((16, n_devices))
         self.need = np.zeros((16, n_devices))
         self.fav = np.full(16, -1)
+        self.epoch = np.zeros(16, dtype=np.int64)  # the schedule's epoch of each estimate
 
-    def add(self, op: int, ready: np.ndarray, need: np.ndarray, fav: int) -> None:
+    def add(self, op: int, ready: np.ndarray, need: np.ndarray, fav: int,
+            epoch: int = 0) -> None:
         k = len(self.ops)
         if k == len(self.rows):
             self.rows = np.vstack([self.rows, np.zeros_like(self.rows)])
             self.need = np.vstack([self.need, np.zeros_like(self.need)])
             self.fav = np.concatenate([self.fav, np.full_like(self.fav, -1)])
+            self.epoch = np.concatenate([self.epoch, np.zeros_like(self.epoch)])
         self.ops.append(op)
         self.index[op] = k
-        self.rows[k], self.need[k], self.fav[k] = ready, need, fav
+        self.rows[k], self.need[k], self.fav[k], self.epoch[k] = ready, need, fav, epoch
 
     def remove(self, k: int) -> None:
         last = len(self.ops) - 1
@@ -213,7 +216,7 @@ class _ReadyPool:
             self.ops[k] = self.ops[last]
             self.index[self.ops[k]] = k
             self.rows[k], self.need[k] = self.rows[last], self.need[last]
-            self.fav[k] = self.fav[last]
+            self.fav[k], self.epoch[k] = self.fav[last], self.epoch[last]
         self.ops.pop()
 
 
@@ -301,6 +304,9 @@ class _EtfState:
         self.pool = _ReadyPool(len(p.devices))
         self.where, self.finish = [-1] * p.n, [0.0] * p.n
         self.favourite_of = {parent: child for child, parent in fav.items()}
+        #: Counts the commits that moved transfers or copies: an estimate made in the
+        #: current epoch is current.
+        self.epoch = 0
         self.last = [-1] * len(p.devices)  # the op each device ran last
 
 
@@ -363,6 +369,8 @@ class ETF(PlacementPolicy):
             k, d, start = self._current_pick(s, free, capacity, level)
             op = s.pool.ops[k]
             s.pool.remove(k)
+            if any(s.where[src] not in (-1, d) for src, _ in p.preds[op]):
+                s.epoch += 1  # transfers booked, copies made: estimates may have moved
             if s.channels is not None:  # the inputs' transfers, booked one after another
                 start = max(start, s.channels.ready(op, d, s.where, s.finish, book=True))
             end = start + float(p.times[op, d])
@@ -416,11 +424,13 @@ class ETF(PlacementPolicy):
                     book.roomy = False  # nothing fits with headroom: place without it
                 for j, waiting in enumerate(pool.ops):
                     pool.rows[j], pool.need[j] = self._estimates(s, waiting, pool.need[j])
+                pool.epoch[:len(pool.ops)] = s.epoch
                 refreshed_all, best = True, None
                 continue
-            if not lazy:
+            if not lazy or pool.epoch[k] == s.epoch:
                 return k, d, start
             row, need = self._estimates(s, pool.ops[k], pool.need[k])
+            pool.epoch[k] = s.epoch
             if np.array_equal(row, pool.rows[k]) and np.array_equal(need, pool.need[k]):
                 if isinstance(s.book, ScheduleBook) and not s.book.roomy:
                     s.book.roomy = True  # the relaxed needs are stale from here on
@@ -441,7 +451,9 @@ class ETF(PlacementPolicy):
             if child < 0 or child not in pool.index:
                 continue
             k = pool.index[child]
-            pool.rows[k], pool.need[k] = self._estimates(s, child, pool.need[k])
+            if pool.epoch[k] != s.epoch:
+                pool.rows[k], pool.need[k] = self._estimates(s, child, pool.need[k])
+                pool.epoch[k] = s.epoch
             start = np.maximum(pool.rows[k], free)
             if self.memory_aware:
                 start[pool.need[k] > room] = np.inf
@@ -480,7 +492,7 @@ class ETF(PlacementPolicy):
         parent = s.fav.get(op)
         pin = s.where[parent] if parent is not None and self.keeps_favourites() == "pin" \
             else -1
-        s.pool.add(op, self._ready_row(s, op), need, pin)
+        s.pool.add(op, self._ready_row(s, op), need, pin, s.epoch)
 
     def _pick(self, p: Problem, pool: _ReadyPool, free: np.ndarray, capacity: np.ndarray,
               book: MemoryBook | ScheduleBook, level: np.ndarray,
