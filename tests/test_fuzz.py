@@ -224,3 +224,21 @@ def test_bad_command_lines_are_one_line(capsys, argv: list[str]) -> None:
         assert len(err.strip().splitlines()) == 1
         return
     assert code == 2 and err.startswith("placelab: error: ")
+
+
+TENANTS = {"cluster": "quad-v100-nvlink", "sharing": "weighted_fair", "links": "fair",
+           "jobs": [{"name": "a", "model": "mlp", "batch": 2, "weight": 2.0},
+                    {"name": "b", "model": "lenet5", "arrival_s": 1e-5, "priority": 1}],
+           "stream": {"rate_per_s": 1e4, "count": 2, "seed": 1,
+                      "mix": [{"model": "mlp", "batch": 2}]}}
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(text=mutated(TENANTS, toml=True))
+def test_tenant_specs_are_zero_or_two(tmp_path_factory, capsys, text: str) -> None:
+    folder = tmp_path_factory.mktemp("tenants")
+    spec, out = folder / "t.toml", folder / "jobs.parquet"
+    spec.write_text(text)
+    code, _ = _cli(capsys, "tenants", str(spec), "--out", str(out), "--json")
+    assert out.exists() == (code == 0)  # a refused spec stores nothing
