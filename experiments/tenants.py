@@ -59,8 +59,9 @@ class Workload(Schema):
 
     model: str | None = None
     graph: str | None = None
-    batch: int = Field(default=1, ge=1)
-    seq_len: int | None = Field(default=None, ge=1)
+    # upper bounds where a larger value can only be a mistake
+    batch: int = Field(default=1, ge=1, le=2**24)
+    seq_len: int | None = Field(default=None, ge=1, le=2**24)
     train: bool = False
     optimizer: str = "sgd"
     policy: str | None = None
@@ -72,7 +73,7 @@ class JobEntry(Workload):
     name: str = ""
     arrival_s: float = Field(default=0.0, ge=0)
     weight: float = Field(default=1.0, gt=0)
-    priority: int = 0
+    priority: int = Field(default=0, ge=-2**31, le=2**31 - 1)
 
 
 class Stream(Schema):
@@ -81,7 +82,7 @@ class Stream(Schema):
 
     rate_per_s: float = Field(gt=0)
     count: int = Field(ge=1, le=10_000)
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     start_s: float = Field(default=0.0, ge=0)
     mix: list[Workload] = Field(min_length=1)
 

@@ -62,6 +62,9 @@ class Job:
         if not (math.isfinite(self.weight) and self.weight > 0):
             raise PlacementError(f"{who}: weight must be a finite number > 0, got "
                                  f"{self.weight!r}")
+        if not (isinstance(self.priority, int) and -2**63 <= self.priority < 2**63):
+            raise PlacementError(f"{who}: priority must be a 64-bit integer, got "
+                                 f"{self.priority!r}")
 
 
 def jain_index(values: Sequence[float]) -> float:

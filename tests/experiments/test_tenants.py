@@ -138,3 +138,11 @@ def test_jobs_come_in_arrival_order_named_where_unnamed(tmp_path) -> None:
     jobs = all_jobs(load_tenants(path))
     arrivals = [j.arrival_s for j in jobs]
     assert arrivals == sorted(arrivals) and len({j.name for j in jobs}) == 4
+
+
+def test_numbers_no_table_can_hold_are_refused_in_one_line(tmp_path, capsys) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text('cluster = "workstation"\n[[jobs]]\nmodel = "mlp"\n'
+                    'priority = 1180591620717411303424\n')
+    assert main(["tenants", str(path)]) == 2
+    assert "jobs[0].priority: expected a number <= 2147483647" in capsys.readouterr().err
