@@ -90,10 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "simulate the plans, compare the policies.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p = sub.add_parser("list", help="list models, devices, clusters or policies")
-    p.add_argument("what", choices=("models", "devices", "clusters", "policies"))
+    p = sub.add_parser("list", help="list models, devices, clusters, policies, sharing "
+                       "policies or passes")
+    p.add_argument("what", choices=("models", "devices", "clusters", "policies", "sharing",
+                                    "passes"))
     p.add_argument("--params", action="store_true",
-                   help="with policies: each policy's parameters, defaults and valid values")
+                   help="with policies, sharing or passes: each one's parameters, defaults "
+                        "and valid values")
     _add_json(p)
     p.set_defaults(func=cmd_list)
 

@@ -91,37 +91,44 @@ def check_outputs(args: argparse.Namespace) -> None:
 # -- commands -------------------------------------------------------------------------------
 
 
+def _registries() -> dict[str, Any]:
+    """The plug-in registries ``placelab list`` shows with their parameters."""
+    from policies.base import POLICIES
+    from sim.sharing import SHARING
+    from workloads.passes import PASSES
+
+    return {"policies": POLICIES, "sharing": SHARING, "passes": PASSES}
+
+
 def cmd_list(args: argparse.Namespace) -> None:
     from hwmodels.registry import list_clusters, list_devices
-    from policies.base import POLICIES
     from workloads.zoo import list_models
 
+    registries = _registries()
     listing: dict[str, Callable[[], list[str]]] = {
         "models": list_models, "devices": list_devices, "clusters": list_clusters,
-        "policies": POLICIES.names,
+        **{what: registry.names for what, registry in registries.items()},
     }
     items = listing[args.what]()
-    if args.what == "policies" and args.params:
-        emit(args, {"policies": items, "params": _policy_params(items)},
-             "\n".join(_policy_lines(items)))
+    if args.what in registries and args.params:
+        params = _plugin_params(registries[args.what], items)
+        emit(args, {args.what: items, "params": params}, "\n".join(_param_lines(params)))
         return
     emit(args, {args.what: items}, "\n".join(items))
 
 
-def _policy_params(names: list[str]) -> dict[str, list[dict[str, Any]]]:
-    from policies.base import policy_parameters
-
+def _plugin_params(registry: Any, names: list[str]) -> dict[str, list[dict[str, Any]]]:
     return {name: [{"name": p.name, "kind": p.kind, "default": p.default,
                     "valid": p.describe(), "doc": p.doc}
-                   for p in policy_parameters(name).values()] for name in names}
+                   for p in registry.get(name).params] for name in names}
 
 
-def _policy_lines(names: list[str]) -> list[str]:
+def _param_lines(params: dict[str, list[dict[str, Any]]]) -> list[str]:
     lines = []
-    for name, params in _policy_params(names).items():
+    for name, declared in params.items():
         lines.append(name)
         lines += [f"  {p['name']} = {p['default']!r}: {p['valid']}"
-                  + (f" ({p['doc']})" if p["doc"] else "") for p in params]
+                  + (f" ({p['doc']})" if p["doc"] else "") for p in declared]
     return lines
 
 

@@ -199,3 +199,16 @@ def test_simulate_repair_reports_its_rounds(capsys) -> None:
                  "heft", "--repair", "1"]) == 2
     err = capsys.readouterr().err
     assert "repair: policy 'heft': expected a memory-aware policy" in err
+
+
+def test_list_shows_sharing_policies_and_passes_with_their_parameters(capsys) -> None:
+    assert main(["list", "sharing", "--params", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"exclusive", "fifo", "weighted_fair", "priority", "partition"} <= set(
+        data["sharing"])
+    assert data["params"]["priority"][0] == {
+        "name": "preempt", "kind": "bool", "default": True, "valid": "true or false",
+        "doc": "a higher-priority job takes the device at the next op boundary"}
+    assert main(["list", "passes", "--params", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in data["params"]["train"]] == ["optimizer", "colocate"]
