@@ -1,0 +1,125 @@
+"""Pipeline parallelism against its closed forms: the bubble of GPipe and 1F1B on uniform
+stages, the activations each schedule holds, gradient accumulation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from hwmodels import Cluster, Link
+from hwmodels.cost import CostModel
+from policies.parallel import pipeline
+from sim import simulate
+from tests.helpers import toy_device
+from workloads import Graph, GraphBuilder, Op, build_model
+from workloads.errors import PlacelabError
+from workloads.zoo import MODELS, register_model
+
+LAYERS, WIDTH = 8, 64
+
+
+def _chain(batch: int = 1, dtype: str = "fp32") -> Graph:
+    """Eight identical layers (bias-free linear), then a softmax."""
+    b = GraphBuilder("chain8")
+    x = b.input((batch, WIDTH))
+    for i in range(LAYERS):
+        x = b.linear(x, WIDTH, bias=False, name=f"fc{i}")
+    b.softmax(x, name="out")
+    return b.build()
+
+
+@pytest.fixture(autouse=True)
+def chain_model() -> Iterator[None]:
+    register_model("chain8", _chain)
+    yield
+    MODELS.unregister("chain8")
+
+
+class LayerCost(CostModel):
+    """Each layer 1 s forward and 2 s backward, everything else free."""
+
+    name = "layers"
+
+    def op_time(self, op: Op, device: str) -> float:
+        if op.kind == "linear":
+            return 1.0
+        if op.kind == "backward" and op.op_class == "matmul":
+            return 2.0
+        return 0.0
+
+
+def _ring(n: int) -> Cluster:
+    """``n`` devices with links so fast that transfers take no time to speak of."""
+    devices = tuple(toy_device(f"d{i}") for i in range(n))
+    links = tuple(Link(f"d{i}", f"d{i + 1}", 1e18, 1e-15, name=f"l{i}") for i in range(n - 1))
+    return Cluster("pipe", devices, links)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("stages", "microbatches"), [(2, 4), (4, 4), (4, 8), (2, 1)])
+def test_the_bubble_is_the_closed_form_on_uniform_stages(schedule: str, stages: int,
+                                                         microbatches: int) -> None:
+    cluster = _ring(stages)
+    cost = LayerCost(cluster)
+    p = pipeline(build_model("chain8", batch=8), cluster, cost, stages=stages,
+                 microbatches=microbatches, schedule=schedule)
+    # the pipeline policy cuts the eight equal layers evenly
+    per_stage = {d: sum(1 for n, dev in p.placement.items() if dev == d and
+                        p.graph.op(n).kind == "linear") for d in cluster.device_names}
+    assert set(per_stage.values()) == {LAYERS // stages * microbatches}
+    r = simulate(p, cluster, cost, links="none")
+    slot = LAYERS // stages * (1.0 + 2.0)  # one micro-batch's forward and backward
+    assert r.makespan_s == pytest.approx((microbatches + stages - 1) * slot, rel=1e-9)
+    busy = microbatches * slot
+    bubble = 1 - busy / r.makespan_s
+    assert bubble == pytest.approx((stages - 1) / (microbatches + stages - 1), abs=1e-9)
+
+
+def _peak(schedule: str, microbatches: int, per_microbatch: int = 256) -> int:
+    cluster = _ring(2)
+    cost = LayerCost(cluster)
+    p = pipeline(build_model("chain8", batch=microbatches * per_microbatch), cluster, cost,
+                 stages=2, microbatches=microbatches, schedule=schedule)
+    return simulate(p, cluster, cost, links="none").peak_memory_bytes["d0"]
+
+
+def test_gpipe_holds_every_micro_batch_and_1f1b_at_most_the_stages() -> None:
+    # What a micro-batch keeps on stage 0 until its backward reads it: the inputs of the
+    # stage's four layers (its input and three layers' outputs), 256 x 64 fp32 each.
+    held = 4 * 256 * WIDTH * 4
+    # GPipe's peak grows by that much with each micro-batch more; 1F1B's does not move
+    # once there are more micro-batches than stages (it holds S - s = 2 on stage 0)
+    assert _peak("gpipe", 8) - _peak("gpipe", 4) == 4 * held
+    assert _peak("1f1b", 8) == _peak("1f1b", 4) < _peak("gpipe", 4)
+
+
+def test_gradients_are_accumulated_as_micro_batches_end_and_applied_once() -> None:
+    cluster = _ring(2)
+    p = pipeline(build_model("chain8", batch=8), cluster, LayerCost(cluster), stages=2,
+                 microbatches=4, schedule="gpipe")
+    g = p.graph
+    # mb0 + mb1 -> acc1, + mb2 -> acc2, + mb3 -> the gradient the update reads
+    assert g.op("fc3.wgrad.sum1").inputs == ("mb0/fc3.wgrad", "mb1/fc3.wgrad")
+    assert g.op("fc3.wgrad.sum2").inputs == ("fc3.wgrad.acc1", "mb2/fc3.wgrad")
+    assert g.op("fc3.wgrad.sum3").inputs == ("fc3.wgrad.acc2", "mb3/fc3.wgrad")
+    assert g.op("fc3.update").inputs[0] == "fc3.wgrad"
+    assert p.placement["fc3.update"] == p.placement["mb0/fc3"] == p.placement["fc3.weights"]
+    # the weights exist once: the graph has the model's parameters, not four copies
+    assert g.params == build_model("chain8", batch=8).params
+    assert g.meta["microbatches"] == 4 and g.meta["batch"] == 8
+
+
+def test_bad_pipelines_are_one_clear_line() -> None:
+    cluster = _ring(2)
+    cost = LayerCost(cluster)
+    with pytest.raises(PlacelabError, match="batch 8 must be a multiple of microbatches, "
+                                            "got 3"):
+        pipeline(build_model("chain8", batch=8), cluster, cost, stages=2, microbatches=3)
+    with pytest.raises(PlacelabError, match="schedule must be one of gpipe, 1f1b"):
+        pipeline(build_model("chain8", batch=8), cluster, cost, stages=2, microbatches=2,
+                 schedule="zero_bubble")
+    with pytest.raises(PlacelabError, match="stages must be between 1 and the cluster's 2"):
+        pipeline(build_model("chain8", batch=8), cluster, cost, stages=3, microbatches=2)
+    with pytest.raises(PlacelabError, match="expected a zoo model's forward graph"):
+        pipeline(_chain(8), cluster, cost, stages=2, microbatches=2)
