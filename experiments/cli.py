@@ -155,11 +155,18 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--model", help="zoo model name")
     p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
     p.add_argument("--cluster", required=True)
-    p.add_argument("--policy", required=True)
+    p.add_argument("--policy", help="placement policy NAME[:k=v,...] (not with --pp)")
     p.add_argument("--cost", default="roofline",
                    help="cost model: roofline (default), table, calibrated")
     p.add_argument("--cost-file", help="the table or calibration file the cost model reads")
     _add_workload(p)
+    p.add_argument("--pp", type=_positive_int, metavar="S",
+                   help="pipeline the training step over the cluster's first S devices "
+                        "(a zoo --model; placement by the pipeline transform)")
+    p.add_argument("--microbatches", type=_positive_int, metavar="M",
+                   help="with --pp: micro-batches per step (default 4 per stage)")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
+                   help="with --pp: the pipeline schedule (default 1f1b)")
     p.add_argument("--links", choices=LINK_MODELS, default="fcfs",
                    help="fcfs: a copy engine and a link channel carry one transfer at a time; "
                         "none: no contention (a list scheduler's own model)")

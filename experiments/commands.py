@@ -245,26 +245,19 @@ def cmd_hw_remove(args: argparse.Namespace) -> None:
 def cmd_simulate(args: argparse.Namespace) -> None:
     from hwmodels.cost import make_cost_model
     from hwmodels.registry import get_cluster
-    from policies.base import make_policy, plan
     from policies.bounds import lower_bound
-    from sim.engine import simulate
 
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
-    graph = load_graph(args)
+    if (args.policy is None) == (args.pp is None):
+        raise PlacelabError("simulate: expected --policy NAME or --pp S, got "
+                            + ("both" if args.policy else "neither"))
+    if args.pp is None and (args.microbatches or args.schedule != "1f1b"):
+        raise PlacelabError("simulate: --microbatches and --schedule need --pp S, got no --pp")
     cluster = get_cluster(args.cluster)
-    make_policy(args.policy)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
-    rounds: list[dict[str, Any]] = []
-    if args.repair:
-        from sim.repair import repair
-
-        repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
-                          links=args.links, order=args.order)
-        p, result, rounds = repaired.plan, repaired.result, repaired.rounds
-    else:
-        p = plan(graph, cluster, args.policy, cost)
-        result = simulate(p, cluster, cost, order=args.order, links=args.links)
+    graph, p, result, rounds = (_pipelined if args.pp else _placed)(args, cluster, cost)
+    args.policy = p.policy if args.pp else args.policy
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
@@ -293,6 +286,39 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     lines += [f"  {what:<12} {path}" for what, path in (("trace", args.trace),
                                                          ("gantt", args.gantt)) if path]
     emit(args, data, "\n".join(lines))
+
+
+def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
+    """The graph placed by ``--policy`` (with ``--repair`` rounds) and simulated."""
+    from policies.base import make_policy, plan
+    from sim.engine import simulate
+
+    graph = load_graph(args)
+    make_policy(args.policy)
+    if args.repair:
+        from sim.repair import repair
+
+        repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
+                          links=args.links, order=args.order)
+        return graph, repaired.plan, repaired.result, repaired.rounds
+    p = plan(graph, cluster, args.policy, cost)
+    return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
+
+
+def _pipelined(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
+    """The zoo model's training step pipelined by ``--pp``, and simulated."""
+    from policies.parallel import pipeline
+    from sim.engine import simulate
+    from workloads.zoo import build_model
+
+    if args.graph or args.passes or args.repair:
+        raise PlacelabError("simulate --pp: expected a zoo --model (the transform builds its "
+                            "training step), got --graph, --passes or --repair")
+    forward = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    p = pipeline(forward, cluster, cost, stages=args.pp,
+                 microbatches=args.microbatches or 4 * args.pp, schedule=args.schedule,
+                 optimizer=args.optimizer)
+    return p.graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
 
 
 def make_engine(kind: str, devices: int) -> Any:

@@ -22,6 +22,7 @@ validated like any other.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -174,6 +175,7 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
                              f"stages={stages} over {names}")
     if microbatches < 1:
         raise PlacementError(f"pipeline: microbatches must be >= 1, got {microbatches}")
+    began = time.perf_counter()
     step = _micro_step(forward, microbatches, optimizer)
     stage_of = _stages(step, cluster, cost, names)
     ops, origin = _copies(step, microbatches)
@@ -186,7 +188,8 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
     info: dict[str, Any] = {"schedule": schedule, "stages": stages,
                             "microbatches": microbatches}
     result = Plan(graph, placement, order, policy=f"pipeline.{schedule}", info=info,
-                  cluster=cluster.name, cluster_hash=cluster.definition_hash)
+                  placement_s=time.perf_counter() - began, cluster=cluster.name,
+                  cluster_hash=cluster.definition_hash)
     return result.validate(cluster)
 
 

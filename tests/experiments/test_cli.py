@@ -212,3 +212,20 @@ def test_list_shows_sharing_policies_and_passes_with_their_parameters(capsys) ->
     assert main(["list", "passes", "--params", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [p["name"] for p in data["params"]["train"]] == ["optimizer", "colocate"]
+
+
+def test_simulate_pipelines_a_training_step(capsys) -> None:
+    assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
+                 "quad-v100-nvlink", "--pp", "2", "--microbatches", "4", "--schedule",
+                 "gpipe", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policy"] == "pipeline.gpipe" and data["feasible"]
+    assert data["model"] == "mlp.train.sgd.pp2x4"
+    assert [d for d, u in data["utilization"].items() if u > 0] == ["gpu0", "gpu1"]
+    for argv, message in ((["--pp", "2", "--policy", "heft"], "got both"),
+                          (["--schedule", "gpipe", "--policy", "heft"], "need --pp S"),
+                          (["--pp", "2", "--microbatches", "3"], "multiple of microbatches")):
+        assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
+                     "quad-v100-nvlink", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
