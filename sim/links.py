@@ -185,6 +185,9 @@ class FairSharing:
             _event(self, self.next_tick - self.env._now, None, self._on_tick)
 
     def _tick(self: Any, event: Any) -> None:
+        # This tick has fired (the clock may read it an ulp early: now + (t - now) need
+        # not round to t), so none is pending until _schedule_tick books the next.
+        self.next_tick = float("inf")
         now, ends, version = self.env._now, self.ends, self.version
         # The flows foreseen to end by now end now, by name: waiting for a remainder that
         # rounding left would stall time (a tick too small to move the clock).
