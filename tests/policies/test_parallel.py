@@ -123,3 +123,63 @@ def test_bad_pipelines_are_one_clear_line() -> None:
         pipeline(build_model("chain8", batch=8), cluster, cost, stages=3, microbatches=2)
     with pytest.raises(PlacelabError, match="expected a zoo model's forward graph"):
         pipeline(_chain(8), cluster, cost, stages=2, microbatches=2)
+
+
+class FreeCompute(CostModel):
+    """Every op free: a step's time is its transfers'."""
+
+    name = "free-compute"
+
+    def op_time(self, op: Op, device: str) -> float:
+        return 0.0
+
+
+def _closed_ring(n: int, bandwidth: float, latency_s: float, streams: int = 1) -> Cluster:
+    """``n`` devices, each linked to the next and the last to the first (full duplex)."""
+    devices = tuple(toy_device(f"d{i}", streams=streams) for i in range(n))
+    links = tuple(Link(f"d{i}", f"d{(i + 1) % n}", bandwidth, latency_s, name=f"l{i}")
+                  for i in range(n if n > 2 else 1))  # two devices: one link, both ways
+    return Cluster("ring", devices, links)
+
+
+@pytest.mark.parametrize("links", ["fcfs", "fair"])
+@pytest.mark.parametrize("replicas", [2, 4, 8])
+def test_a_ring_all_reduce_takes_its_closed_form(links: str, replicas: int) -> None:
+    from policies.data_parallel import data_parallel
+
+    bandwidth, latency = 1e9, 1e-5
+    cluster = _closed_ring(replicas, bandwidth, latency)
+    cost = FreeCompute(cluster)
+    p = data_parallel(build_model("chain8", batch=8 * replicas), cluster, cost,
+                      replicas=replicas, bucket_bytes=2**40)
+    nbytes = LAYERS * WIDTH * WIDTH * 4  # every weight gradient, one bucket
+    r = simulate(p, cluster, cost, links=links, order="priority")
+    closed = (2 * (replicas - 1) / replicas * nbytes / bandwidth
+              + 2 * (replicas - 1) * latency)
+    assert r.makespan_s == pytest.approx(closed, rel=1e-9)
+    moved = r.trace[r.trace["kind"] == "transfer"]["bytes"]
+    assert moved.sum() == 2 * (replicas - 1) * nbytes  # each replica sends 2(p-1) chunks
+
+
+def test_data_parallel_overlaps_the_all_reduce_with_the_backward_pass() -> None:
+    from policies.data_parallel import data_parallel
+
+    # a second stream for the communication steps, as NCCL runs on its own CUDA stream
+    cluster = _closed_ring(4, 1e6, 1e-6, streams=2)
+    cost = LayerCost(cluster)  # layers 1 s forward, 2 s backward; 16 KB per gradient
+    one = simulate(pipeline(build_model("chain8", batch=32), _ring(1), LayerCost(_ring(1)),
+                            stages=1, microbatches=1), _ring(1), LayerCost(_ring(1)))
+    times = {}
+    for bucket in (2**40, 20_000):  # one bucket for all, or one per gradient
+        p = data_parallel(build_model("chain8", batch=32), cluster, cost, replicas=4,
+                          bucket_bytes=bucket)
+        times[bucket] = simulate(p, cluster, cost, order="priority").makespan_s
+    compute = one.makespan_s  # per replica the same layers (costs here do not scale)
+    gradient = WIDTH * WIDTH * 4
+    ring = 2 * 3 / 4 * gradient / 1e6 + 2 * 3 * 1e-6  # one gradient's all-reduce
+    # one bucket: the all-reduce of all eight gradients follows the backward pass
+    assert times[2**40] == pytest.approx(compute + 2 * 3 / 4 * 8 * gradient / 1e6
+                                         + 2 * 3 * 1e-6, rel=1e-9)
+    # a bucket per gradient: each all-reduce hides behind the next layer's backward (it
+    # takes 0.025 s against 2 s) but the last (the first layer's gradient)
+    assert times[20_000] == pytest.approx(compute + ring, rel=1e-9)
