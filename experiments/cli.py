@@ -167,6 +167,11 @@ def _add_run_commands(sub: Any) -> None:
                    help="with --pp: micro-batches per step (default 4 per stage)")
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
                    help="with --pp: the pipeline schedule (default 1f1b)")
+    p.add_argument("--dp", type=_positive_int, metavar="N",
+                   help="data-parallel training step over the cluster's first N devices "
+                        "(a zoo --model; ring all-reduce of gradient buckets)")
+    p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB",
+                   help="with --dp: gradient bucket size in MiB (default 25, as PyTorch DDP)")
     p.add_argument("--links", choices=LINK_MODELS, default="fcfs",
                    help="fcfs: a copy engine and a link channel carry one transfer at a time; "
                         "none: no contention (a list scheduler's own model)")

@@ -249,15 +249,21 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
-    if (args.policy is None) == (args.pp is None):
-        raise PlacelabError("simulate: expected --policy NAME or --pp S, got "
-                            + ("both" if args.policy else "neither"))
+    given = [flag for flag, value in (("--policy", args.policy), ("--pp", args.pp),
+                                      ("--dp", args.dp)) if value is not None]
+    if len(given) != 1:
+        raise PlacelabError("simulate: expected one of --policy NAME, --pp S or --dp N, got "
+                            + (" and ".join(given) or "none"))
     if args.pp is None and (args.microbatches or args.schedule != "1f1b"):
         raise PlacelabError("simulate: --microbatches and --schedule need --pp S, got no --pp")
+    if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
+        raise PlacelabError(f"simulate: --bucket-mb must be a finite number > 0, got "
+                            f"{args.bucket_mb}")
     cluster = get_cluster(args.cluster)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
-    graph, p, result, rounds = (_pipelined if args.pp else _placed)(args, cluster, cost)
-    args.policy = p.policy if args.pp else args.policy
+    how = _pipelined if args.pp else _data_parallel if args.dp else _placed
+    graph, p, result, rounds = how(args, cluster, cost)
+    args.policy = args.policy or p.policy
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
@@ -319,6 +325,23 @@ def _pipelined(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, 
                  microbatches=args.microbatches or 4 * args.pp, schedule=args.schedule,
                  optimizer=args.optimizer)
     return p.graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
+
+
+def _data_parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
+    """The zoo model's training step data-parallel by ``--dp``, simulated with its
+    communication first (``order="priority"``)."""
+    from policies.data_parallel import data_parallel
+    from sim.engine import simulate
+    from workloads.zoo import build_model
+
+    if args.graph or args.passes or args.repair:
+        raise PlacelabError("simulate --dp: expected a zoo --model (the transform builds its "
+                            "training step), got --graph, --passes or --repair")
+    forward = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
+    p = data_parallel(forward, cluster, cost, replicas=args.dp,
+                      bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
+                      optimizer=args.optimizer)
+    return p.graph, p, simulate(p, cluster, cost, order="priority", links=args.links), []
 
 
 def make_engine(kind: str, devices: int) -> Any:

@@ -222,9 +222,24 @@ def test_simulate_pipelines_a_training_step(capsys) -> None:
     assert data["policy"] == "pipeline.gpipe" and data["feasible"]
     assert data["model"] == "mlp.train.sgd.pp2x4"
     assert [d for d, u in data["utilization"].items() if u > 0] == ["gpu0", "gpu1"]
-    for argv, message in ((["--pp", "2", "--policy", "heft"], "got both"),
+    for argv, message in ((["--pp", "2", "--policy", "heft"], "got --policy and --pp"),
                           (["--schedule", "gpipe", "--policy", "heft"], "need --pp S"),
                           (["--pp", "2", "--microbatches", "3"], "multiple of microbatches")):
+        assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
+                     "quad-v100-nvlink", *argv]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_data_parallel_training(capsys) -> None:
+    assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
+                 "quad-v100-nvlink", "--dp", "4", "--bucket-mb", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["policy"] == "data_parallel" and data["feasible"]
+    assert data["model"] == "mlp.train.sgd.dp4" and data["transfer_bytes"] > 0
+    for argv, message in ((["--dp", "2", "--pp", "2"], "got --pp and --dp"),
+                          (["--dp", "2", "--bucket-mb", "nan"], "--bucket-mb must be a finite"),
+                          (["--dp", "9"], "replicas must be between 1 and the cluster's 4")):
         assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
                      "quad-v100-nvlink", *argv]) == 2
         err = capsys.readouterr().err
