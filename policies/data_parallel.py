@@ -29,7 +29,7 @@ from collections.abc import Sequence
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.parallel import _micro_step
+from policies.parallel import _micro_step, device_names
 from policies.plans import Plan, order_by_priority
 from workloads.errors import PlacementError
 from workloads.graph import Graph
@@ -124,12 +124,7 @@ def data_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, replicas
     >>> sorted(p.order), p.info["buckets"], p.graph.meta["replicas"]
     (['gpu0', 'gpu1', 'gpu2', 'gpu3'], 1, 4)
     """
-    names = list(devices) if devices is not None else list(cluster.device_names[:replicas])
-    if not 1 <= replicas == len(names) or len(set(names)) != len(names) or \
-            any(n not in cluster.device_names for n in names):
-        raise PlacementError(f"data_parallel: replicas must be between 1 and the cluster's "
-                             f"{len(cluster.device_names)} devices (named once each), got "
-                             f"replicas={replicas} over {names}")
+    names = device_names(cluster, replicas, devices, "data_parallel", "replicas")
     if bucket_bytes < 1:
         raise PlacementError(f"data_parallel: bucket_bytes must be >= 1, got {bucket_bytes}")
     began = time.perf_counter()

@@ -60,6 +60,19 @@ def _micro_step(forward: Graph, microbatches: int, optimizer: str) -> Graph:
     return training_graph(small, optimizer)
 
 
+def device_names(cluster: Cluster, count: int, devices: Sequence[str] | None, who: str,
+                 what: str) -> list[str]:
+    """``devices`` (or the cluster's first ``count``), checked: ``count`` distinct devices
+    of the cluster."""
+    names = list(devices) if devices is not None else list(cluster.device_names[:count])
+    if not 1 <= count == len(names) or len(set(names)) != len(names) or \
+            any(n not in cluster.device_names for n in names):
+        raise PlacementError(f"{who}: {what} must be between 1 and the cluster's "
+                             f"{len(cluster.device_names)} devices (named once each), got "
+                             f"{what}={count} over {names}")
+    return names
+
+
 def _shared(op: Op) -> bool:
     """Weights and their updates exist once; everything else once per micro-batch."""
     return op.kind == "parameter" or op.kind.endswith("_update")
@@ -167,12 +180,7 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
     if schedule not in SCHEDULES:
         raise PlacementError(f"pipeline: schedule must be one of {', '.join(SCHEDULES)}, "
                              f"got {schedule!r}")
-    names = list(devices) if devices is not None else list(cluster.device_names[:stages])
-    if not 1 <= stages == len(names) or len(set(names)) != len(names) or \
-            any(n not in cluster.device_names for n in names):
-        raise PlacementError(f"pipeline: stages must be between 1 and the cluster's "
-                             f"{len(cluster.device_names)} devices (named once each), got "
-                             f"stages={stages} over {names}")
+    names = device_names(cluster, stages, devices, "pipeline", "stages")
     if microbatches < 1:
         raise PlacementError(f"pipeline: microbatches must be >= 1, got {microbatches}")
     began = time.perf_counter()
