@@ -26,10 +26,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.parallel import _micro_step, device_names
+from policies.parallel import device_names, micro_step, renamed
 from policies.plans import Plan, order_by_priority
 from workloads.errors import PlacementError
 from workloads.graph import Graph
@@ -46,14 +47,12 @@ def _replica(step: Graph, r: int) -> list[Op]:
 
     out = []
     for op in step:
-        attrs = {**op.attrs, "replica": r}
+        attrs: dict[str, object] = {"replica": r}
         if "colocate" in op.attrs:
             attrs["colocate"] = local(str(op.attrs["colocate"]))
-        out.append(Op(local(op.name), op.kind, op.op_class, inputs=tuple(map(local, op.inputs)),
-                      outputs=tuple(Tensor(local(t.name), t.shape, t.dtype) for t in op.outputs),
-                      attrs=attrs, flops=op.flops, bytes_read=op.bytes_read,
-                      bytes_written=op.bytes_written, params=op.params if r == 0 else 0,
-                      param_bytes=op.param_bytes, workspace_bytes=op.workspace_bytes))
+        # every replica holds its own weights and optimizer state; parameters count once
+        copy = renamed(op, local, attrs, keeps_state=True)
+        out.append(replace(copy, params=op.params if r == 0 else 0))
     return out
 
 
@@ -128,7 +127,7 @@ def data_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, replicas
     if bucket_bytes < 1:
         raise PlacementError(f"data_parallel: bucket_bytes must be >= 1, got {bucket_bytes}")
     began = time.perf_counter()
-    step = _micro_step(forward, replicas, optimizer)
+    step = micro_step(forward, replicas, optimizer)
     ops = [op for r in range(replicas) for op in _replica(step, r)]
     buckets = _buckets(step, bucket_bytes) if replicas > 1 else []
     for b, bucket in enumerate(buckets):
@@ -136,12 +135,9 @@ def data_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, replicas
     if buckets:  # each replica's update reads its reduced gradient
         reduced = {f"r{r}/{t.name}" for bucket in buckets for t in bucket
                    for r in range(replicas)}
-        ops = [op if not op.kind.endswith("_update") else Op(
-            op.name, op.kind, op.op_class,
-            inputs=tuple(f"{i}.reduced" if i in reduced else i for i in op.inputs),
-            outputs=op.outputs, attrs=op.attrs, flops=op.flops, bytes_read=op.bytes_read,
-            bytes_written=op.bytes_written, params=op.params, param_bytes=op.param_bytes,
-            workspace_bytes=op.workspace_bytes) for op in ops]
+        ops = [op if not op.kind.endswith("_update") else replace(
+            op, inputs=tuple(f"{i}.reduced" if i in reduced else i for i in op.inputs))
+            for op in ops]
     graph = Graph(f"{step.name}.dp{replicas}", ops,
                   meta={**step.meta, "batch": forward.meta["batch"], "replicas": replicas,
                         "bucket_bytes": bucket_bytes})

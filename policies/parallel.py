@@ -23,7 +23,8 @@ validated like any other.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hwmodels.cost import CostModel
@@ -34,13 +35,13 @@ from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
 
-__all__ = ["SCHEDULES", "pipeline"]
+__all__ = ["SCHEDULES", "device_names", "micro_step", "pipeline", "renamed"]
 
 #: The pipeline schedules :func:`pipeline` knows.
 SCHEDULES = ("gpipe", "1f1b")
 
 
-def _micro_step(forward: Graph, microbatches: int, optimizer: str) -> Graph:
+def micro_step(forward: Graph, microbatches: int, optimizer: str) -> Graph:
     """One micro-batch's training step, rebuilt from the zoo at its batch."""
     from workloads.training import training_graph
     from workloads.zoo import build_model
@@ -73,6 +74,16 @@ def device_names(cluster: Cluster, count: int, devices: Sequence[str] | None, wh
     return names
 
 
+def renamed(op: Op, rename: Callable[[str], str], attrs: Mapping[str, Any], *,
+            keeps_state: bool) -> Op:
+    """A copy of ``op`` with its name, inputs and outputs renamed and ``attrs`` added; the
+    state it keeps (parameters, running statistics) only where ``keeps_state``."""
+    return replace(op, name=rename(op.name), inputs=tuple(map(rename, op.inputs)),
+                   outputs=tuple(replace(t, name=rename(t.name)) for t in op.outputs),
+                   attrs={**op.attrs, **attrs}, params=op.params if keeps_state else 0,
+                   param_bytes=op.param_bytes if keeps_state else 0)
+
+
 def _shared(op: Op) -> bool:
     """Weights and their updates exist once; everything else once per micro-batch."""
     return op.kind == "parameter" or op.kind.endswith("_update")
@@ -93,16 +104,8 @@ def _copies(step: Graph, microbatches: int) -> tuple[list[Op], dict[str, str]]:
         for op in step:
             if _shared(op):
                 continue
-            copy = Op(local(op.name), op.kind, op.op_class,
-                      inputs=tuple(map(local, op.inputs)),
-                      outputs=tuple(Tensor(local(t.name), t.shape, t.dtype)
-                                    for t in op.outputs),
-                      attrs={**op.attrs, "microbatch": m}, flops=op.flops,
-                      bytes_read=op.bytes_read, bytes_written=op.bytes_written,
-                      # state an op keeps (running statistics) exists once
-                      params=op.params if m == 0 else 0,
-                      param_bytes=op.param_bytes if m == 0 else 0,
-                      workspace_bytes=op.workspace_bytes)
+            # state an op keeps (running statistics) exists once
+            copy = renamed(op, local, {"microbatch": m}, keeps_state=m == 0)
             ops.append(copy)
             origin[copy.name] = op.name
     tensors = {t.name: (t, op) for op in step for t in op.outputs}
@@ -184,7 +187,7 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
     if microbatches < 1:
         raise PlacementError(f"pipeline: microbatches must be >= 1, got {microbatches}")
     began = time.perf_counter()
-    step = _micro_step(forward, microbatches, optimizer)
+    step = micro_step(forward, microbatches, optimizer)
     stage_of = _stages(step, cluster, cost, names)
     ops, origin = _copies(step, microbatches)
     graph = Graph(f"{step.name}.pp{stages}x{microbatches}", ops,
