@@ -51,6 +51,11 @@ class SharingPolicy(ABC):
     partitioned: ClassVar[bool] = False
     params: ClassVar[tuple[Param, ...]] = ()
 
+    @property
+    def memory_slices(self) -> bool:
+        """A partition's slices each hold their share of the device's memory."""
+        return False
+
     @abstractmethod
     def key(self, run: SharedRun, op: int) -> tuple[Any, ...]:
         """Sort key of queued op ``op``: the smallest starts first."""
@@ -206,3 +211,7 @@ class Partition(_Arrival):
 
     def __init__(self, memory: bool = True) -> None:
         self.memory = self.params[0].check(self.name, memory, what="sharing policy")
+
+    @property
+    def memory_slices(self) -> bool:
+        return bool(self.memory)

@@ -193,7 +193,7 @@ class SharedRun(_Simulation):
         for v, share in enumerate(self.slice):
             count = max(1, int(len(self.free_streams[v]) * share + 1e-9))
             self.free_streams[v] = list(range(count - 1, -1, -1))
-            if getattr(self.sharing, "memory", False):
+            if self.sharing.memory_slices:
                 self.capacity[v] = int(self.capacity[v] * share)
 
     def physical(self, v: int) -> int:
@@ -218,7 +218,7 @@ class SharedRun(_Simulation):
         self.peak = [-1] * len(self.devices)  # so every allocation is checked
         self.device_peak = [0] * self.n_physical
         self.device_capacity = self.capacity[:self.n_physical]
-        self.memory_slices = self.sharing.partitioned and getattr(self.sharing, "memory", False)
+        self.memory_slices = self.sharing.partitioned and self.sharing.memory_slices
         self.timeline = []
 
     def _new_peak(self, d: int, used: int, op: int, transfer: int | None) -> None:
