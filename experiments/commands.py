@@ -311,17 +311,22 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
     return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
 
 
+def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:
+    """The zoo model's forward graph a parallel transform starts from."""
+    from workloads.zoo import build_model
+
+    if args.graph or args.passes or args.repair:
+        raise PlacelabError(f"simulate {flag}: expected a zoo --model (the transform builds "
+                            f"its training step), got --graph, --passes or --repair")
+    return build_model(args.model, batch=args.batch, seq_len=args.seq_len)
+
+
 def _pipelined(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
     """The zoo model's training step pipelined by ``--pp``, and simulated."""
     from policies.parallel import pipeline
     from sim.engine import simulate
-    from workloads.zoo import build_model
 
-    if args.graph or args.passes or args.repair:
-        raise PlacelabError("simulate --pp: expected a zoo --model (the transform builds its "
-                            "training step), got --graph, --passes or --repair")
-    forward = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
-    p = pipeline(forward, cluster, cost, stages=args.pp,
+    p = pipeline(_zoo_forward(args, "--pp"), cluster, cost, stages=args.pp,
                  microbatches=args.microbatches or 4 * args.pp, schedule=args.schedule,
                  optimizer=args.optimizer)
     return p.graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
@@ -332,13 +337,8 @@ def _data_parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[A
     communication first (``order="priority"``)."""
     from policies.data_parallel import data_parallel
     from sim.engine import simulate
-    from workloads.zoo import build_model
 
-    if args.graph or args.passes or args.repair:
-        raise PlacelabError("simulate --dp: expected a zoo --model (the transform builds its "
-                            "training step), got --graph, --passes or --repair")
-    forward = build_model(args.model, batch=args.batch, seq_len=args.seq_len)
-    p = data_parallel(forward, cluster, cost, replicas=args.dp,
+    p = data_parallel(_zoo_forward(args, "--dp"), cluster, cost, replicas=args.dp,
                       bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
                       optimizer=args.optimizer)
     return p.graph, p, simulate(p, cluster, cost, order="priority", links=args.links), []
