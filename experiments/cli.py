@@ -30,6 +30,7 @@ from experiments.measure import cmd_calibrate, cmd_validate
 from experiments.sweepcmd import add_sweep_command
 from experiments.tenantcmd import add_tenants_command
 from sim.options import LINK_MODELS, ORDERS
+from workloads.collectives import ALGORITHMS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
 
@@ -161,23 +162,28 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--cost-file", help="the table or calibration file the cost model reads")
     _add_workload(p)
     p.add_argument("--pp", type=_positive_int, metavar="S",
-                   help="pipeline the training step over the cluster's first S devices "
-                        "(a zoo --model; placement by the pipeline transform)")
+                   help="pipeline the training step over S stages (a zoo --model; "
+                        "placement by the parallel transforms, with --dp and --tp)")
     p.add_argument("--microbatches", type=_positive_int, metavar="M",
                    help="with --pp: micro-batches per step (default 4 per stage)")
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
                    help="with --pp: the pipeline schedule (default 1f1b)")
     p.add_argument("--dp", type=_positive_int, metavar="N",
-                   help="data-parallel training step over the cluster's first N devices "
-                        "(a zoo --model; ring all-reduce of gradient buckets)")
+                   help="N data-parallel replicas (a zoo --model; gradients all-reduced in "
+                        "buckets)")
+    p.add_argument("--tp", type=_positive_int, metavar="T",
+                   help="T-way tensor parallelism of a zoo transformer (Megatron's split)")
     p.add_argument("--bucket-mb", type=float, default=25.0, metavar="MB",
                    help="with --dp: gradient bucket size in MiB (default 25, as PyTorch DDP)")
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="ring",
+                   help="with --dp: the all-reduce algorithm (default ring)")
     p.add_argument("--links", choices=LINK_MODELS, default="fcfs",
                    help="fcfs: a copy engine and a link channel carry one transfer at a time; "
                         "none: no contention (a list scheduler's own model)")
-    p.add_argument("--order", choices=ORDERS, default="plan",
-                   help="plan: devices follow the plan's order; priority: each device "
-                        "starts its highest-priority ready op")
+    p.add_argument("--order", choices=ORDERS,
+                   help="plan (default): devices follow the plan's order; priority: each "
+                        "device starts its highest-priority ready op (the default with --dp "
+                        "or --tp and no --pp: communication first)")
     p.add_argument("--repair", type=_nonnegative_int, default=0, metavar="N",
                    help="m_etf, m_sct: simulate, hold back on each device the memory it "
                         "went over and place again, at most N times")

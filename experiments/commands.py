@@ -249,11 +249,13 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
-    given = [flag for flag, value in (("--policy", args.policy), ("--pp", args.pp),
-                                      ("--dp", args.dp)) if value is not None]
-    if len(given) != 1:
-        raise PlacelabError("simulate: expected one of --policy NAME, --pp S or --dp N, got "
-                            + (" and ".join(given) or "none"))
+    parallel = [flag for flag, value in (("--dp", args.dp), ("--pp", args.pp),
+                                         ("--tp", args.tp)) if value is not None]
+    if bool(args.policy) == bool(parallel):
+        raise PlacelabError("simulate: expected --policy NAME or the parallel transforms "
+                            "(--dp N, --pp S, --tp T), got "
+                            + (" and ".join(["--policy"] * bool(args.policy) + parallel)
+                               or "none"))
     if args.pp is None and (args.microbatches or args.schedule != "1f1b"):
         raise PlacelabError("simulate: --microbatches and --schedule need --pp S, got no --pp")
     if not (math.isfinite(args.bucket_mb) and args.bucket_mb > 0):
@@ -261,7 +263,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
                             f"{args.bucket_mb}")
     cluster = get_cluster(args.cluster)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
-    how = _pipelined if args.pp else _data_parallel if args.dp else _placed
+    how = _parallel if parallel else _placed
     graph, p, result, rounds = how(args, cluster, cost)
     args.policy = args.policy or p.policy
     if args.trace:
@@ -272,6 +274,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     data = {"model": graph.name, "batch": args.batch if not args.graph else None,
             "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
             "order": args.order, "links": args.links, "placement_s": p.placement_s,
+            **({k: p.info.get(k, 1) for k in ("dp", "pp", "tp")} if parallel else {}),
             "lower_bound_s": bound,
             "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
             **result.summary(), "repair_rounds": rounds}
@@ -281,7 +284,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
                 f"{bound * 1e3:.3f} ms)" if bound > 0 else ""),
              f"  feasible     {result.feasible}" + (f" ({result.reason})" if result.reason
                                                      else ""),
-             f"  transfers    {result.transfer_bytes / 1e6:.1f} MB",
+             f"  transfers    {result.transfer_bytes / 1e6:.1f} MB"
+             + (f" ({result.collective_bytes / 1e6:.1f} MB in collectives)"
+                if result.collective_bytes else ""),
              f"  placement    {p.placement_s * 1e3:.1f} ms of policy time"]
     for d in cluster.device_names:
         lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
@@ -304,10 +309,12 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
     if args.repair:
         from sim.repair import repair
 
+        args.order = args.order or "plan"
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
                           links=args.links, order=args.order)
         return graph, repaired.plan, repaired.result, repaired.rounds
     p = plan(graph, cluster, args.policy, cost)
+    args.order = args.order or "plan"
     return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
 
 
@@ -321,27 +328,22 @@ def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:
     return build_model(args.model, batch=args.batch, seq_len=args.seq_len)
 
 
-def _pipelined(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
-    """The zoo model's training step pipelined by ``--pp``, and simulated."""
-    from policies.parallel import pipeline
+def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
+    """The zoo model's training step under ``--dp``, ``--pp`` and ``--tp``, simulated (with
+    communication first, ``order="priority"``, unless pipelined or ``--order`` given)."""
+    from policies.tensor_parallel import parallelize
     from sim.engine import simulate
 
-    p = pipeline(_zoo_forward(args, "--pp"), cluster, cost, stages=args.pp,
-                 microbatches=args.microbatches or 4 * args.pp, schedule=args.schedule,
-                 optimizer=args.optimizer)
+    flags = "/".join(f for f, v in (("--dp", args.dp), ("--pp", args.pp), ("--tp", args.tp))
+                     if v)
+    pp = args.pp or 1
+    p = parallelize(_zoo_forward(args, flags), cluster, cost, dp=args.dp or 1, pp=pp,
+                    tp=args.tp or 1, microbatches=args.microbatches or (4 * pp if pp > 1
+                                                                          else 1),
+                    schedule=args.schedule, bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
+                    algorithm=args.algorithm, optimizer=args.optimizer)
+    args.order = args.order or ("plan" if pp > 1 else "priority")
     return p.graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
-
-
-def _data_parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
-    """The zoo model's training step data-parallel by ``--dp``, simulated with its
-    communication first (``order="priority"``)."""
-    from policies.data_parallel import data_parallel
-    from sim.engine import simulate
-
-    p = data_parallel(_zoo_forward(args, "--dp"), cluster, cost, replicas=args.dp,
-                      bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
-                      optimizer=args.optimizer)
-    return p.graph, p, simulate(p, cluster, cost, order="priority", links=args.links), []
 
 
 def make_engine(kind: str, devices: int) -> Any:

@@ -348,8 +348,9 @@ class Cluster:
                 "switches": list(self.switches), "hosts": dict(self.hosts)}
 
     def without(self, *names: str, name: str | None = None) -> Cluster:
-        """This cluster with devices ``names`` retired, and their links with them (checked
-        as any cluster is: what is left must still be connected).
+        """This cluster with devices ``names`` retired, and their links with them, and the
+        switches no remaining device reaches (checked as any cluster is: what is left must
+        still be connected).
 
         >>> from hwmodels import get_cluster
         >>> get_cluster("quad-v100-nvlink").without("gpu3").device_names
@@ -359,8 +360,17 @@ class Cluster:
             self.device(gone)  # an unknown name is an error naming the cluster's devices
         keep = tuple(d for d in self.devices if d.name not in names)
         links = tuple(k for k in self.links if k.a not in names and k.b not in names)
+        reached = {d.name for d in keep}
+        grew = True
+        while grew:  # switches reachable from a kept device
+            more = {end for k in links for end in (k.a, k.b)
+                    if k.a in reached or k.b in reached}
+            grew = not more <= reached
+            reached |= more
+        switches = tuple(s for s in self.switches if s in reached)
+        links = tuple(k for k in links if k.a in reached and k.b in reached)
         hosts = {d: h for d, h in self.hosts.items() if d not in names}
-        return Cluster(name or self.name, keep, links, self.switches, hosts, self.description)
+        return Cluster(name or self.name, keep, links, switches, hosts, self.description)
 
     def with_devices(self, devices: tuple[Device, ...], links: tuple[Link, ...], *,
                      hosts: Mapping[str, str] | None = None,

@@ -179,6 +179,18 @@ def check_cost_binding(cost: CostModel, cluster: Cluster, who: str) -> None:
                              f"expected one bound to {cluster.name!r}")
 
 
+def _refuse_collectives(graph: Graph) -> None:
+    from workloads.collectives import COLLECTIVE_KINDS
+
+    for op in graph:
+        if op.kind in COLLECTIVE_KINDS:
+            raise PlacementError(
+                f"plan: graph {graph.name!r}: op {op.name!r} is a collective ({op.kind}): "
+                f"expected ops a policy places on one device; collectives come with their "
+                f"device groups from the parallel transforms (data_parallel, "
+                f"tensor_parallel)")
+
+
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
          cost: CostModel | str = "roofline", *, load: ClusterLoad | None = None) -> Plan:
     """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
@@ -196,6 +208,7 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     cost = make_cost_model(cost, cluster) if isinstance(cost, str) else cost
     if not len(graph):
         raise PlacementError(f"plan: graph {graph.name!r}: expected at least one op, got none")
+    _refuse_collectives(graph)
     check_cost_binding(cost, cluster, "plan")
     start = time.perf_counter()
     if load is None:

@@ -23,98 +23,131 @@ kernel, and the all-reduce overlaps only the transfers.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.parallel import device_names, micro_step, renamed
-from policies.plans import Plan, order_by_priority
+from policies.parallel import copied_layout, copy_ops, device_names, insert_after, micro_step
+from policies.plans import Plan
+from workloads.collectives import collective
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
 
-__all__ = ["data_parallel"]
+__all__ = ["data_parallel", "replicate"]
 
 
-def _replica(step: Graph, r: int) -> list[Op]:
-    """Replica ``r``'s copy of the step: every op and tensor prefixed, co-placement groups
-    kept apart from the other replicas'."""
-    def local(name: str) -> str:
-        return f"r{r}/{name}"
-
-    out = []
-    for op in step:
-        attrs: dict[str, object] = {"replica": r}
-        if "colocate" in op.attrs:
-            attrs["colocate"] = local(str(op.attrs["colocate"]))
-        # every replica holds its own weights and optimizer state; parameters count once
-        copy = renamed(op, local, attrs, keeps_state=True)
-        out.append(replace(copy, params=op.params if r == 0 else 0))
-    return out
-
-
-def _buckets(step: Graph, bucket_bytes: int) -> list[list[Tensor]]:
-    """Weight gradients in the order the backward pass makes them, in buckets of at most
-    ``bucket_bytes`` (a larger gradient alone)."""
+def _gradients(step: Graph) -> list[str]:
+    """The weight gradients the updates read, in the order the step makes them."""
     updates = [op for op in step if op.kind.endswith("_update")]
-    wanted = {t for op in updates for t in op.inputs}
-    tensors = {t.name: t for op in step for t in op.outputs}
-    made = [t for name in step.topological_order() for t in step.op(name).outputs
-            if t.name in wanted and step.op(name).kind == "backward"]
+    state = {t.name for op in step if op.kind == "parameter" or op.kind.endswith("_update")
+             for t in op.outputs}
+    wanted = {t for op in updates for t in op.inputs if t not in state}
+    return [t.name for name in step.topological_order() for t in step.op(name).outputs
+            if t.name in wanted]
+
+
+def _buckets(inner: Plan, gradients: list[str], device: str,
+             bucket_bytes: int) -> list[list[Tensor]]:
+    """The ``gradients`` made on ``device`` in the order the backward pass makes them, in
+    buckets of at most ``bucket_bytes`` (a larger gradient alone)."""
+    g = inner.graph
     buckets: list[list[Tensor]] = []
     size = 0
-    for t in made:
+    for name in gradients:
+        t = g.tensor(name)
+        if inner.placement[g.producer(name)] != device:
+            continue
         if not buckets or size + t.nbytes > bucket_bytes:
             buckets.append([])
             size = 0
-        buckets[-1].append(tensors[t.name])
+        buckets[-1].append(t)
         size += t.nbytes
     return buckets
 
 
-def _all_reduce(bucket: list[Tensor], b: int, replicas: int) -> list[Op]:
-    """The ring all-reduce of bucket ``b`` as ops on each replica (see the module)."""
-    nbytes = sum(t.nbytes for t in bucket)
-    elements = math.ceil(sum(t.numel for t in bucket) / replicas)
-    chunk = Tensor("chunk", (elements,), bucket[0].dtype)
-    ops: list[Op] = []
-    for r in range(replicas):
-        ops.append(Op(f"r{r}/ar{b}.pack", "concat", "data_movement",
-                      inputs=tuple(f"r{r}/{t.name}" for t in bucket),
-                      outputs=(Tensor(f"r{r}/ar{b}.c0", chunk.shape, chunk.dtype),),
-                      attrs={"replica": r, "collective": f"ar{b}", "bucket_bytes": nbytes}))
-    steps = 2 * (replicas - 1)
-    for k in range(steps):
-        reduce = k < replicas - 1
-        for r in range(replicas):
-            before = (r - 1) % replicas
-            ops.append(Op(f"r{r}/ar{b}.s{k}", "add" if reduce else "reshape",
-                          "elementwise" if reduce else "data_movement",
-                          inputs=(f"r{before}/ar{b}.c{k}", f"r{r}/ar{b}.c{k}"),
-                          outputs=(Tensor(f"r{r}/ar{b}.c{k + 1}", chunk.shape, chunk.dtype),),
-                          attrs={"replica": r, "collective": f"ar{b}", "step": k},
-                          flops=elements if reduce else 0,
-                          bytes_read=2 * chunk.nbytes if reduce else 0,
-                          bytes_written=chunk.nbytes if reduce else 0))
-    for r in range(replicas):
-        ops.append(Op(f"r{r}/ar{b}.unpack", "split", "data_movement",
-                      inputs=(f"r{r}/ar{b}.c{steps}",),
-                      outputs=tuple(Tensor(f"r{r}/{t.name}.reduced", t.shape, t.dtype)
-                                    for t in bucket),
-                      attrs={"replica": r, "collective": f"ar{b}"}))
-    return ops
+def replicate(inner: Plan, cluster: Cluster, *, replicas: int,
+              bucket_bytes: int = 25 * 2**20, algorithm: str = "ring",
+              devices: Sequence[str] | None = None) -> Plan:
+    """``replicas`` copies of the training step ``inner`` (on its own devices, any
+    parallelism) on consecutive device sets of ``cluster`` (or ``devices``), each weight
+    gradient all-reduced in buckets among the copies of the device that makes it.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from policies.parallel import pipeline
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> pp = pipeline(build_model("mlp", batch=16), c, RooflineCost(c), stages=2,
+    ...               microbatches=2)
+    >>> p = replicate(pp, c, replicas=2)
+    >>> sorted(p.order), sorted(map(sorted, p.device_groups.values()))
+    (['gpu0', 'gpu1', 'gpu2', 'gpu3'], [['gpu0', 'gpu2'], ['gpu1', 'gpu3']])
+    """
+    width = len(inner.devices)
+    names = device_names(cluster, replicas * width, devices, "data_parallel",
+                         "replicas x devices per replica")
+    if bucket_bytes < 1:
+        raise PlacementError(f"data_parallel: bucket_bytes must be >= 1, got {bucket_bytes}")
+    began = time.perf_counter()
+    own = sorted(inner.devices, key=cluster.device_names.index)  # the cluster's order
+    home = [dict(zip(own, names[r * width:(r + 1) * width], strict=True))
+            for r in range(replicas)]
+    # every replica holds its own weights and optimizer state; parameters count once
+    ops = [op for r in range(replicas) for op in copy_ops(
+        inner.graph, "r", r, "replica", lambda op, k: op.params if k == 0 else 0)]
+    placement, groups, order = copied_layout(inner, "r", home)
+    gradients = _gradients(inner.graph) if replicas > 1 else []
+    buckets = [(d, bucket) for d in own
+               for bucket in _buckets(inner, gradients, d, bucket_bytes)]
+    made = {t.name: op.name for op in ops for t in op.outputs}
+    for b, (d, bucket) in enumerate(buckets):
+        op = _all_reduce(bucket, b, replicas, algorithm)
+        ops.append(op)
+        groups[op.name] = tuple(home[r][d] for r in range(replicas))
+        placement[op.name] = groups[op.name][0]
+        for device in groups[op.name]:
+            insert_after(order[device], op.name, {made[t] for t in op.inputs})
+    reduced = {f"r{r}/{t.name}" for _, bucket in buckets for t in bucket
+               for r in range(replicas)}
+    ops = [op if not op.kind.endswith("_update") else replace(
+        op, inputs=tuple(f"{i}.reduced" if i in reduced else i for i in op.inputs))
+        for op in ops]
+    meta = inner.graph.meta
+    graph = Graph(f"{inner.graph.name}.dp{replicas}", ops,
+                  meta={**meta, "batch": int(meta.get("batch", 1)) * replicas,
+                        "replicas": replicas, "bucket_bytes": bucket_bytes})
+    position = {name: i for i, name in enumerate(graph.topological_order())}
+    # communication first whenever it is ready; the rest in one topological order
+    priority = {name: (1.0 if name in groups else 0.0) - position[name] / (len(position) + 1)
+                for name in position}
+    info = {**inner.info, "replicas": replicas, "buckets": len(buckets),
+            "bucket_bytes": bucket_bytes, "algorithm": algorithm}
+    policy = "data_parallel" + (f"+{inner.policy}" if width > 1 else "")
+    result = Plan(graph, placement, order, policy=policy, priority=priority, info=info,
+                  placement_s=inner.placement_s + time.perf_counter() - began,
+                  cluster=cluster.name, cluster_hash=cluster.definition_hash,
+                  device_groups=groups)
+    return result.validate(cluster)
+
+
+def _all_reduce(bucket: list[Tensor], b: int, replicas: int, algorithm: str) -> Op:
+    """Bucket ``b``'s all-reduce: one collective op over the replicas' gradients."""
+    return collective(f"ar{b}", "all_reduce",
+                      [[Tensor(f"r{r}/{t.name}", t.shape, t.dtype) for t in bucket]
+                       for r in range(replicas)],
+                      algorithm=algorithm, attrs={"bucket": b})
 
 
 def data_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, replicas: int,
                   bucket_bytes: int = 25 * 2**20, optimizer: str = "sgd",
-                  devices: Sequence[str] | None = None) -> Plan:
+                  algorithm: str = "ring", devices: Sequence[str] | None = None) -> Plan:
     """The training step of ``forward`` data-parallel over ``replicas`` devices (the first
     of ``cluster``'s, or ``devices``), gradients all-reduced in buckets of at most
-    ``bucket_bytes`` (PyTorch DDP's default: 25 MiB). Simulate it with
-    ``order="priority"`` for communication to overlap the backward pass.
+    ``bucket_bytes`` (PyTorch DDP's default: 25 MiB) with ``algorithm`` (ring, tree or
+    hierarchical). Simulate it with ``order="priority"`` for communication to overlap
+    the backward pass.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
@@ -124,31 +157,8 @@ def data_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, replicas
     (['gpu0', 'gpu1', 'gpu2', 'gpu3'], 1, 4)
     """
     names = device_names(cluster, replicas, devices, "data_parallel", "replicas")
-    if bucket_bytes < 1:
-        raise PlacementError(f"data_parallel: bucket_bytes must be >= 1, got {bucket_bytes}")
-    began = time.perf_counter()
     step = micro_step(forward, replicas, optimizer)
-    ops = [op for r in range(replicas) for op in _replica(step, r)]
-    buckets = _buckets(step, bucket_bytes) if replicas > 1 else []
-    for b, bucket in enumerate(buckets):
-        ops += _all_reduce(bucket, b, replicas)
-    if buckets:  # each replica's update reads its reduced gradient
-        reduced = {f"r{r}/{t.name}" for bucket in buckets for t in bucket
-                   for r in range(replicas)}
-        ops = [op if not op.kind.endswith("_update") else replace(
-            op, inputs=tuple(f"{i}.reduced" if i in reduced else i for i in op.inputs))
-            for op in ops]
-    graph = Graph(f"{step.name}.dp{replicas}", ops,
-                  meta={**step.meta, "batch": forward.meta["batch"], "replicas": replicas,
-                        "bucket_bytes": bucket_bytes})
-    placement = {op.name: names[int(op.attrs["replica"])] for op in graph}
-    position = {name: i for i, name in enumerate(graph.topological_order())}
-    # communication first whenever it is ready; the rest in one topological order
-    priority = {name: (1.0 if "collective" in graph.op(name).attrs else 0.0)
-                - position[name] / (len(position) + 1) for name in position}
-    info = {"replicas": replicas, "buckets": len(buckets), "bucket_bytes": bucket_bytes}
-    result = Plan(graph, placement, order_by_priority(graph, placement, priority),
-                  policy="data_parallel", priority=priority, info=info,
-                  placement_s=time.perf_counter() - began, cluster=cluster.name,
-                  cluster_hash=cluster.definition_hash)
-    return result.validate(cluster)
+    inner = Plan(step, dict.fromkeys(step.names, names[0]),
+                 {names[0]: step.topological_order()}, policy="single_device")
+    return replicate(inner, cluster, replicas=replicas, bucket_bytes=bucket_bytes,
+                     algorithm=algorithm, devices=names)

@@ -35,5 +35,6 @@ class PlanDocument(Schema):
     placement: dict[str, str]
     order: dict[str, list[str]]
     priority: dict[str, float] = Field(default_factory=dict)
+    device_groups: dict[str, list[str]] = Field(default_factory=dict)
     #: Derived from the graph and placement when read; written for the reader's benefit.
     transfers: list[TransferDocument] = Field(default_factory=list)

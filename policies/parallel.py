@@ -35,30 +35,76 @@ from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
 
-__all__ = ["SCHEDULES", "device_names", "micro_step", "pipeline", "renamed"]
+__all__ = ["SCHEDULES", "copied_layout", "copy_ops", "device_names", "insert_after",
+           "micro_step", "pipeline", "rebuilt", "renamed"]
 
 #: The pipeline schedules :func:`pipeline` knows.
 SCHEDULES = ("gpipe", "1f1b")
 
 
-def micro_step(forward: Graph, microbatches: int, optimizer: str) -> Graph:
-    """One micro-batch's training step, rebuilt from the zoo at its batch."""
-    from workloads.training import training_graph
+def rebuilt(forward: Graph, who: str, *, batch: int | None = None,
+            tp: int | None = None) -> Graph:
+    """Zoo model ``forward`` built again at ``batch`` and tensor-parallel shard ``tp``
+    (each by default as ``forward`` has it), from the model its ``meta`` names."""
     from workloads.zoo import build_model
 
     meta = forward.meta
-    model, batch = meta.get("model"), meta.get("batch")
-    if not isinstance(model, str) or not isinstance(batch, int):
-        raise PlacementError(f"pipeline: graph {forward.name!r}: expected a zoo model's "
+    model, given = meta.get("model"), meta.get("batch")
+    if not isinstance(model, str) or not isinstance(given, int):
+        raise PlacementError(f"{who}: graph {forward.name!r}: expected a zoo model's "
                              f"forward graph (meta naming model and batch), got meta "
                              f"{dict(meta)}")
-    if batch % microbatches:
+    return build_model(model, batch=given if batch is None else batch,
+                       dtype=str(meta.get("dtype", "fp32")), seq_len=meta.get("seq_len"),
+                       tp=int(meta.get("tp", 1)) if tp is None else tp)
+
+
+def micro_step(forward: Graph, microbatches: int, optimizer: str) -> Graph:
+    """One micro-batch's training step, rebuilt from the zoo at its batch."""
+    from workloads.training import training_graph
+
+    batch = forward.meta.get("batch")
+    if isinstance(batch, int) and batch % microbatches:
         raise PlacementError(f"pipeline: batch {batch} must be a multiple of microbatches, "
                              f"got {microbatches}")
-    small = build_model(model, batch=batch // microbatches, dtype=str(meta.get("dtype",
-                                                                              "fp32")),
-                        seq_len=meta.get("seq_len"))
-    return training_graph(small, optimizer)
+    whole = batch // microbatches if isinstance(batch, int) else None
+    return training_graph(rebuilt(forward, "pipeline", batch=whole), optimizer)
+
+
+def copy_ops(graph: Graph, prefix: str, k: int, attr: str,
+             params: Callable[[Op, int], int]) -> list[Op]:
+    """Copy ``k`` of every op of ``graph``: names prefixed ``<prefix><k>/``, ``attrs[attr]
+    = k``, co-placement groups kept apart from the other copies', ``params(op, k)``
+    parameters counted."""
+    def local(name: str) -> str:
+        return f"{prefix}{k}/{name}"
+
+    out = []
+    for op in graph:
+        attrs: dict[str, object] = {attr: k}
+        if "colocate" in op.attrs:
+            attrs["colocate"] = local(str(op.attrs["colocate"]))
+        out.append(replace(renamed(op, local, attrs, keeps_state=True), params=params(op, k)))
+    return out
+
+
+def copied_layout(inner: Plan, prefix: str, homes: Sequence[Mapping[str, str]]
+                  ) -> tuple[dict[str, str], dict[str, tuple[str, ...]], dict[str, list[str]]]:
+    """Placement, device groups and device orders of ``len(homes)`` copies of ``inner``
+    (copy ``k``: names prefixed ``<prefix><k>/``, device ``d`` on ``homes[k][d]``)."""
+    placement = {f"{prefix}{k}/{n}": home[d] for k, home in enumerate(homes)
+                 for n, d in inner.placement.items()}
+    groups = {f"{prefix}{k}/{n}": tuple(home[d] for d in group)
+              for k, home in enumerate(homes) for n, group in inner.device_groups.items()}
+    order = {home[d]: [f"{prefix}{k}/{n}" for n in o] for k, home in enumerate(homes)
+             for d, o in inner.order.items()}
+    return placement, groups, order
+
+
+def insert_after(order: list[str], name: str, producers: set[str]) -> None:
+    """Put ``name`` into a device ``order`` right after the last of ``producers`` there."""
+    last = max((i for i, n in enumerate(order) if n in producers), default=-1)
+    order.insert(last + 1, name)
 
 
 def device_names(cluster: Cluster, count: int, devices: Sequence[str] | None, who: str,

@@ -69,8 +69,11 @@ class Placement:
 
 
 def order_by_priority(graph: Graph, devices: Mapping[str, str],
-                      priority: Mapping[str, float] | None = None) -> dict[str, tuple[str, ...]]:
-    """Per-device orders drawn from one topological order that prefers high priority.
+                      priority: Mapping[str, float] | None = None,
+                      device_groups: Mapping[str, Sequence[str]] | None = None,
+                      ) -> dict[str, tuple[str, ...]]:
+    """Per-device orders drawn from one topological order that prefers high priority (a
+    collective, on each device of its group).
 
     Every device order is a restriction of the same global order, so no deadlock can arise.
     """
@@ -80,6 +83,12 @@ def order_by_priority(graph: Graph, devices: Mapping[str, str],
         index = {name: i for i, name in enumerate(graph.topological_order())}
         ranked = tuple(nx.lexicographical_topological_sort(
             graph.to_networkx(), key=lambda n: (-priority.get(n, 0.0), index[n])))
+    if device_groups:
+        order: dict[str, list[str]] = {}
+        for name in ranked:
+            for d in device_groups.get(name, (devices[name],)):
+                order.setdefault(d, []).append(name)
+        return {d: tuple(ops) for d, ops in order.items()}
     return _split_by_device(ranked, devices)
 
 
@@ -117,8 +126,16 @@ class Plan:
                  placement_s: float = 0.0,
                  estimated_makespan_s: float | None = None,
                  info: Mapping[str, Any] | None = None, cluster: str = "",
-                 cluster_hash: str = "") -> None:
+                 cluster_hash: str = "",
+                 device_groups: Mapping[str, Sequence[str]] | None = None) -> None:
         self.graph = graph
+        #: Each collective op's device group, member ``m`` on ``device_groups[op][m]``; the
+        #: op is placed on the group's first device and ordered on every member's.
+        self.device_groups: dict[str, tuple[str, ...]] = {
+            op: tuple(group) for op, group in (device_groups or {}).items()}
+        #: In a plan lowered by :func:`policies.collectives.lower`: each step op's
+        #: collective (not serialised: a lowered plan is the executors' own).
+        self.step_of: dict[str, str] = {}
         #: The cluster the plan was made for, by name and definition hash (empty: any
         #: cluster that has the plan's devices).
         self.cluster, self.cluster_hash = cluster, cluster_hash
@@ -133,6 +150,7 @@ class Plan:
         self.info: dict[str, Any] = dict(info or {})
         with gc_paused():
             self._check_placed(placement)
+            self._check_device_groups()
             self._check_groups()
             self._check_order()
             self.transfers: tuple[Transfer, ...] = self._derive_transfers()
@@ -149,6 +167,35 @@ class Plan:
                                  f"{placement[extra]!r} but is not in graph "
                                  f"{self.graph.name!r}")
 
+    def _check_device_groups(self) -> None:
+        from workloads.collectives import is_collective
+
+        for name in self.graph.names:
+            op = self.graph.op(name)
+            group = self.device_groups.get(name)
+            if is_collective(op) != (group is not None):
+                raise PlacementError(
+                    f"plan: op {name!r} ({op.kind}) "
+                    + ("is a collective: expected a device group for it, got none"
+                       if group is None else "is no collective: expected no device group, "
+                       f"got {list(group)}"))
+            if group is None:
+                continue
+            members = int(op.attrs["members"])
+            if len(group) != members or len(set(group)) != members or \
+                    self.placement[name] != group[0]:
+                raise PlacementError(
+                    f"plan: collective {name!r}: expected {members} distinct devices, the "
+                    f"first its placement {self.placement[name]!r}, got {list(group)}")
+        extra = next((n for n in self.device_groups if n not in self.graph), None)
+        if extra is not None:
+            raise PlacementError(f"plan: device group for op {extra!r}, which is not in "
+                                 f"graph {self.graph.name!r}")
+
+    def devices_of(self, name: str) -> tuple[str, ...]:
+        """The devices op ``name`` runs on: its device, or a collective's device group."""
+        return self.device_groups.get(name) or (self.placement[name],)
+
     def _check_groups(self) -> None:
         for group, ops in self.graph.groups.items():
             devices: dict[str, str] = {}
@@ -164,17 +211,20 @@ class Plan:
             return  # every op listed once, on its device, in one topological order
         position = self._check_listed()
         for edge in self.graph.edges():
-            device = self.placement[edge.dst]
-            if self.placement[edge.src] == device and position[edge.src] > position[edge.dst]:
-                raise PlacementError(
-                    f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
-                    f"producer {edge.src!r}")
+            for device in self.devices_of(edge.dst):
+                if device in self.devices_of(edge.src) and \
+                        position[edge.src, device] > position[edge.dst, device]:
+                    raise PlacementError(
+                        f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
+                        f"producer {edge.src!r}")
         self._check_deadlock()
 
     def _orders_follow_topology(self) -> bool:
         """Whether each device lists exactly its own ops, each once, in increasing order of
         the graph's topological order: then the orders are consistent and cannot deadlock.
         Checked with no Python-level loop over ops (plans of a million ops)."""
+        if self.device_groups:
+            return False  # a collective is listed on each of its devices
         rank = self.graph.arrays.position
         listed = 0
         for device, ops in self.order.items():
@@ -187,26 +237,27 @@ class Plan:
             listed += len(ops)
         return listed == len(self.placement)
 
-    def _check_listed(self) -> dict[str, int]:
-        """Every op listed once, on its own device; its position in that device's order."""
-        position: dict[str, int] = {}
+    def _check_listed(self) -> dict[tuple[str, str], int]:
+        """Every op listed once on each of its devices; its position in each order."""
+        position: dict[tuple[str, str], int] = {}
         for device, ops in self.order.items():
             for i, name in enumerate(ops):
-                where = self.placement.get(name)
-                if where is None:
+                if name not in self.placement:
                     raise PlacementError(f"plan: device {device!r} orders op {name!r}, "
                                          f"which is not in graph {self.graph.name!r}")
-                if where != device:
-                    raise PlacementError(f"plan: op {name!r} is placed on device {where!r} "
-                                         f"but ordered on device {device!r}")
-                if name in position:
+                if device not in self.devices_of(name):
+                    raise PlacementError(f"plan: op {name!r} is placed on device "
+                                         f"{self.placement[name]!r} but ordered on device "
+                                         f"{device!r}")
+                if (name, device) in position:
                     raise PlacementError(f"plan: op {name!r} appears twice in the order of "
                                          f"device {device!r}")
-                position[name] = i
-        if len(position) < len(self.placement):
-            name = next(n for n in self.placement if n not in position)
-            raise PlacementError(f"plan: op {name!r} on device {self.placement[name]!r} is "
-                                 f"missing from that device's order")
+                position[name, device] = i
+        for name in self.placement:
+            for device in self.devices_of(name):
+                if (name, device) not in position:
+                    raise PlacementError(f"plan: op {name!r} on device {device!r} is "
+                                         f"missing from that device's order")
         return position
 
     def _check_deadlock(self) -> None:
@@ -229,7 +280,9 @@ class Plan:
                 f"{self.cluster_hash[:12]}), expected one for cluster {cluster.name!r} "
                 f"(definition {cluster.definition_hash[:12]})")
         names = set(cluster.device_names)
-        for name, device in self.placement.items():
+        placed = itertools.chain(self.placement.items(), (
+            (op, d) for op, group in self.device_groups.items() for d in group))
+        for name, device in placed:
             if device not in names:
                 raise PlacementError(
                     f"plan: op {name!r} is placed on device {device!r}, which cluster "
@@ -237,6 +290,8 @@ class Plan:
         return self
 
     def _derive_transfers(self) -> tuple[Transfer, ...]:
+        if self.device_groups:
+            return self._member_transfers()
         a = self.graph.arrays
         codes = self.device_codes(self.devices)
         cross = np.flatnonzero(codes[a.edge_src] != codes[a.edge_dst])
@@ -258,6 +313,33 @@ class Plan:
                 name=f"{tensor_name}->{dst}", tensor=tensor_name,
                 nbytes=int(a.tensor_bytes[k]), src=self.placement[producer], dst=dst,
                 producer=producer, consumers=tuple(consumers)))
+        return tuple(transfers)
+
+    def _member_transfers(self) -> tuple[Transfer, ...]:
+        """Transfers where collectives take part: each member's tensors live on its device."""
+        from workloads.collectives import member_inputs, member_outputs
+
+        home: dict[str, str] = {}  # tensor -> the device it is made on
+        wants: dict[tuple[str, str], str] = {}  # (collective, input) -> member device
+        for name, group in self.device_groups.items():
+            op = self.graph.op(name)
+            for m, device in enumerate(group):
+                home.update((t.name, device) for t in member_outputs(op, m))
+                wants.update(((name, t), device) for t in member_inputs(op, m))
+        by_key: dict[tuple[str, str], list[str]] = {}
+        for edge in self.graph.edges():
+            src = home.get(edge.tensor.name, self.placement[edge.src])
+            dst = wants.get((edge.dst, edge.tensor.name), self.placement[edge.dst])
+            if src != dst:
+                by_key.setdefault((edge.tensor.name, dst), []).append(edge.dst)
+        transfers = []
+        for (tensor, dst), consumers in by_key.items():
+            producer = self.graph.producer(tensor)
+            transfers.append(Transfer(
+                name=f"{tensor}->{dst}", tensor=tensor,
+                nbytes=self.graph.tensor(tensor).nbytes,
+                src=home.get(tensor, self.placement[producer]), dst=dst, producer=producer,
+                consumers=tuple(consumers)))
         return tuple(transfers)
 
     # -- queries ------------------------------------------------------------------------
@@ -293,7 +375,8 @@ class Plan:
         if not isinstance(other, Plan):
             return NotImplemented
         return (self.graph == other.graph and self.placement == other.placement
-                and self.order == other.order and self.priority == other.priority
+                and self.device_groups == other.device_groups and self.order == other.order
+                and self.priority == other.priority
                 and self.policy == other.policy)
 
     __hash__ = None  # type: ignore[assignment]
@@ -315,6 +398,7 @@ class Plan:
             "estimated_makespan_s": self.estimated_makespan_s, "info": self.info,
             "graph": self.graph.to_dict(),
             "placement": self.placement, "order": {d: list(o) for d, o in self.order.items()},
+            "device_groups": {op: list(g) for op, g in self.device_groups.items()},
             "priority": self.priority, "transfers": [t.to_dict() for t in self.transfers],
         }
 
@@ -334,7 +418,8 @@ class Plan:
             return cls(graph, doc.placement, doc.order, policy=doc.policy,
                        priority=doc.priority or None, placement_s=doc.placement_s,
                        estimated_makespan_s=doc.estimated_makespan_s, info=doc.info,
-                       cluster=doc.cluster, cluster_hash=doc.cluster_hash)
+                       cluster=doc.cluster, cluster_hash=doc.cluster_hash,
+                       device_groups=doc.device_groups)
         except PlacementError as err:
             raise PlacementError(f"{source}: {err}") from None
 

@@ -38,6 +38,7 @@ from simpy.events import NORMAL, Event
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
+from policies.collectives import lower
 from policies.plans import Plan
 from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS, ORDERS
@@ -311,7 +312,8 @@ class _Simulation:
             transfer_channels=tuple(self.t_channels),
             transfer_start=np.asarray(self.t_start, dtype=float),
             transfer_end=np.asarray(self.t_end, dtype=float),
-            transfer_bytes=np.asarray(self.t_bytes, dtype=np.int64))
+            transfer_bytes=np.asarray(self.t_bytes, dtype=np.int64),
+            collective=frozenset(self.plan.step_of) if self.plan else frozenset())
 
 
 class _PrioritySimulation(_Simulation):
@@ -390,6 +392,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
                              f"got {links!r}")
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
+    plan = lower(plan, cluster)
     with gc_paused():
         run = _RUNS[(order, links)](wire(plan, cluster, cost), cluster,
                                     cluster.device_names, plan)

@@ -58,6 +58,8 @@ class TraceColumns:
     jobs: tuple[str, ...] = ()
     op_job: np.ndarray | None = None
     transfer_job: np.ndarray | None = None
+    #: The ops that are steps of a collective (their rows' kind is ``collective``).
+    collective: frozenset[str] = frozenset()
 
     def _job_column(self, job: str, rows: int, index: np.ndarray | None) -> Any:
         if index is None or not self.jobs:
@@ -76,7 +78,8 @@ class TraceColumns:
         n, m = len(self.names), len(self.transfer_names)
         compute = pd.DataFrame({
             "job": self._job_column(job, n, self.op_job), "name": list(self.names),
-            "kind": ["compute"] * n,
+            "kind": [("collective" if x in self.collective else "compute")
+                     for x in self.names] if self.collective else ["compute"] * n,
             "device": devices[self.op_device] if n else [], "src": [""] * n,
             "dst": [""] * n,
             "stream": [f"{self.devices[d]}/stream{s}" for d, s in
@@ -131,11 +134,18 @@ class SimResult:
             raise PlacelabError("simulation result: no trace was recorded")
         return self.columns.frame(self.job)
 
+    @property
+    def collective_bytes(self) -> int:
+        """The bytes of :attr:`transfer_bytes` that collectives' steps moved."""
+        if self.plan is None or not self.plan.step_of:
+            return 0
+        return sum(t.nbytes for t in self.plan.transfers if t.producer in self.plan.step_of)
+
     def summary(self) -> dict[str, Any]:
         """JSON-ready figures (the keys ``placelab simulate --json`` prints)."""
         return {
             "makespan_s": self.makespan_s, "feasible": self.feasible, "reason": self.reason,
-            "transfer_bytes": self.transfer_bytes,
+            "transfer_bytes": self.transfer_bytes, "collective_bytes": self.collective_bytes,
             "peak_memory_bytes": self.peak_memory_bytes, "utilization": self.utilization,
             "busy_s": self.busy_s,
         }

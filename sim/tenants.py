@@ -27,6 +27,7 @@ from simpy.events import NORMAL, Event
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
+from policies.collectives import lower
 from policies.plans import Plan
 from sim.engine import _Simulation, simulate
 from sim.links import FairSharing, NoContention
@@ -411,7 +412,8 @@ class SharedRun(_Simulation):
             transfer_bytes=np.asarray(self.t_bytes, dtype=np.int64)[sent],
             jobs=tuple(self._name(j) for j in range(len(self.jobs))),
             op_job=np.asarray(self.op_job, dtype=np.int64)[ran],
-            transfer_job=np.asarray(self.t_job, dtype=np.int64)[sent])
+            transfer_job=np.asarray(self.t_job, dtype=np.int64)[sent],
+            collective=frozenset(name for job in self.jobs for name in job.plan.step_of))
 
     def _device_log(self) -> list[float]:
         """Memory per physical device over time (flat triples), from the views' logs; a
@@ -480,6 +482,9 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
     if not given:
         raise PlacementError("simulate_jobs: expected at least one job, got none")
     named = [replace(j, name=j.name or f"job{i}") for i, j in enumerate(given)]
+    for job in named:
+        job.plan.validate(cluster)
+    named = [replace(j, plan=lower(j.plan, cluster)) for j in named]
     seen: set[str] = set()
     for job in named:
         if job.name in seen:

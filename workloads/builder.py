@@ -123,8 +123,12 @@ class GraphBuilder:
         return self.add_op("input", "source", (), shape, name=name, view=True, dtype=dtype)
 
     def linear(self, x: str, out_features: int, *, bias: bool = True,
-               name: str | None = None) -> str:
-        """``x @ W + b`` over the last dimension."""
+               name: str | None = None, parallel: str | None = None) -> str:
+        """``x @ W + b`` over the last dimension. ``parallel`` marks one shard of a
+        tensor-parallel layer (Megatron's ``"column"`` or ``"row"`` split)."""
+        if parallel not in (None, "column", "row"):
+            raise GraphError(f"op {name or 'linear'!r}: parallel must be 'column', 'row' or "
+                             f"None, got {parallel!r}")
         *lead, in_features = self.shape(x)
         rows = math.prod(lead)
         flops = 2 * rows * in_features * out_features + (rows * out_features if bias else 0)
@@ -132,7 +136,7 @@ class GraphBuilder:
         return self.add_op("linear", "matmul", (x,), (*lead, out_features), name=name,
                            flops=flops, params=params,
                            attrs={"in_features": in_features, "out_features": out_features,
-                                  "bias": bias})
+                                  "bias": bias, **({"parallel": parallel} if parallel else {})})
 
     def matmul(self, a: str, b: str, *, name: str | None = None) -> str:
         """Batched ``a @ b``: ``(..., m, k) @ (..., k, n)``; leading dims must match."""

@@ -41,6 +41,9 @@ OP_KINDS: dict[str, str] = {
     # training
     "backward": "any", "sgd_update": "elementwise", "momentum_update": "elementwise",
     "adam_update": "elementwise",
+    # collectives, placed on a device group (workloads.collectives)
+    "all_reduce": "data_movement", "all_gather": "data_movement",
+    "reduce_scatter": "data_movement", "broadcast": "data_movement",
     # foreign operators without a cost formula, synthetic benchmark ops
     "opaque": "any", "synthetic": "any",
 }

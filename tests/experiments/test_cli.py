@@ -237,10 +237,25 @@ def test_simulate_data_parallel_training(capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["policy"] == "data_parallel" and data["feasible"]
     assert data["model"] == "mlp.train.sgd.dp4" and data["transfer_bytes"] > 0
-    for argv, message in ((["--dp", "2", "--pp", "2"], "got --pp and --dp"),
+    for argv, message in ((["--dp", "2", "--policy", "heft"], "got --policy and --dp"),
                           (["--dp", "2", "--bucket-mb", "nan"], "--bucket-mb must be a finite"),
-                          (["--dp", "9"], "replicas must be between 1 and the cluster's 4")):
+                          (["--dp", "9"], "dp x pp x tp must be between 1 and the cluster's 4"),
+                          (["--tp", "2"], "model 'mlp': has no tensor-parallel split (tp)")):
         assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
                      "quad-v100-nvlink", *argv]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_hybrid_parallel_training(capsys) -> None:
+    assert main(["simulate", "--model", "bert_base", "--batch", "8", "--seq-len", "32",
+                 "--cluster", "dgx-h100-x2-ib", "--dp", "2", "--pp", "2", "--tp", "4",
+                 "--microbatches", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["dp"], data["pp"], data["tp"]) == (2, 2, 4) and data["feasible"]
+    assert data["order"] == "plan" and 0 < data["collective_bytes"] < data["transfer_bytes"]
+    assert all(u > 0 for u in data["utilization"].values())  # all 16 GPUs
+    assert main(["simulate", "--model", "bert_base", "--batch", "8", "--seq-len", "32",
+                 "--cluster", "dgx-h100-x2-ib", "--tp", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "tp must be >= 1 and divide the heads and widths it splits, got tp=5" in err

@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from types import MappingProxyType
@@ -46,12 +47,24 @@ def list_models() -> list[str]:
 
 
 def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
-                seq_len: int | None = None) -> Graph:
+                seq_len: int | None = None, tp: int = 1) -> Graph:
     """Construct zoo model ``name`` at batch size ``batch`` (and ``seq_len`` tokens for a
-    sequence model; its default otherwise)."""
+    sequence model; its default otherwise); with ``tp > 1``, one rank's shard of its
+    tensor-parallel split (the transformers).
+
+    >>> build_model("gpt2_small", seq_len=64, tp=4).params < build_model("gpt2_small",
+    ...                                                                  seq_len=64).params
+    True
+    """
     fn = MODELS.get(name)
     if not isinstance(batch, int) or batch < 1:
         raise RegistryError(f"model {name!r}: batch must be an int >= 1, got {batch!r}")
+    if tp != 1:
+        if "tp" not in inspect.signature(fn).parameters:
+            raise RegistryError(f"model {name!r}: has no tensor-parallel split (tp), got "
+                                f"tp={tp}; models with one: "
+                                f"{', '.join(n for n in MODELS.names() if _splits(n))}")
+        fn = functools.partial(fn, tp=tp)
     if seq_len is None:
         graph = fn(batch=batch, dtype=dtype)
     elif "seq_len" not in inspect.signature(fn).parameters:
@@ -62,7 +75,12 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
         graph = fn(batch=batch, dtype=dtype, seq_len=seq_len)
     # the graph is new and not yet shared: record what it is without rebuilding it
     graph.meta = MappingProxyType({**graph.meta, "model": name, "batch": batch,
-                                   "seq_len": seq_len, "dtype": dtype, "step": "forward"})
+                                   "seq_len": seq_len, "dtype": dtype, "step": "forward",
+                                   **({"tp": tp} if tp != 1 else {})})
     return graph
+
+
+def _splits(name: str) -> bool:
+    return "tp" in inspect.signature(MODELS.get(name)).parameters
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from workloads.builder import GraphBuilder
 from workloads.dtypes import DTYPE_BYTES
+from workloads.errors import GraphError
 from workloads.graph import Graph
 
 __all__ = ["bert_base", "gpt2_small", "lstm"]
@@ -77,10 +78,22 @@ def _attention(b: GraphBuilder, q: str, k: str, v: str, heads: int, n: str) -> s
     return b.reshape(ctx, (batch, seq, dim), name=f"{n}.merged")
 
 
+def _shard(model: str, tp: int, **sizes: int) -> None:
+    """Check ``tp`` splits every size Megatron splits (heads, hidden, feed-forward)."""
+    bad = {k: v for k, v in sizes.items() if v % tp}
+    if tp < 1 or bad:
+        raise GraphError(f"model {model!r}: tp must be >= 1 and divide the heads and widths "
+                         f"it splits, got tp={tp} for {bad or sizes}")
+
+
 def bert_base(batch: int = 1, dtype: str = "fp32", seq_len: int = 128, layers: int = 12,
-              dim: int = 768, heads: int = 12, vocab: int = 30522) -> Graph:
+              dim: int = 768, heads: int = 12, vocab: int = 30522, tp: int = 1) -> Graph:
     """BERT-base encoder with pooler (Devlin et al. 2019; Hugging Face
-    ``bert-base-uncased``): 109,482,240 parameters."""
+    ``bert-base-uncased``): 109,482,240 parameters. With ``tp > 1``, one rank's shard of
+    Megatron's tensor-parallel split: the query, key, value and first feed-forward layers
+    column-split, ``heads / tp`` heads, the attention output and second feed-forward layers
+    row-split (their outputs partial sums)."""
+    _shard("bert_base", tp, heads=heads, dim=dim)
     b = GraphBuilder("bert_base", dtype)
     ids = b.input((batch, seq_len), name="input_ids", dtype="int64")
     pos = b.input((batch, seq_len), name="position_ids", dtype="int64")
@@ -89,13 +102,17 @@ def bert_base(batch: int = 1, dtype: str = "fp32", seq_len: int = 128, layers: i
                     b.embedding(pos, 512, dim, name="embeddings.position")),
               b.embedding(typ, 2, dim, name="embeddings.token_type"))
     x = b.layernorm(x, eps=1e-12, name="embeddings.ln")
+    col, row = ("column", "row") if tp > 1 else (None, None)
     for i in range(layers):
         n = f"layer{i}"
-        q, k, v = (b.linear(x, dim, name=f"{n}.{w}") for w in ("query", "key", "value"))
-        a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.out")
+        q, k, v = (b.linear(x, dim // tp, name=f"{n}.{w}", parallel=col)
+                   for w in ("query", "key", "value"))
+        a = b.linear(_attention(b, q, k, v, heads // tp, f"{n}.attn"), dim,
+                     name=f"{n}.attn.out", parallel=row)
         x = b.layernorm(b.add(a, x, name=f"{n}.attn.residual"), eps=1e-12, name=f"{n}.attn.ln")
-        f = b.linear(b.gelu(b.linear(x, 4 * dim, name=f"{n}.ffn.up"), name=f"{n}.ffn.gelu"),
-                     dim, name=f"{n}.ffn.down")
+        up = b.linear(x, 4 * dim // tp, name=f"{n}.ffn.up", parallel=col)
+        f = b.linear(b.gelu(up, name=f"{n}.ffn.gelu"), dim, name=f"{n}.ffn.down",
+                     parallel=row)
         x = b.layernorm(b.add(f, x, name=f"{n}.ffn.residual"), eps=1e-12, name=f"{n}.ffn.ln")
     (cls,) = b.split(x, [1], axis=1, squeeze=True, name="pooler.cls")
     b.tanh(b.linear(cls, dim, name="pooler.dense"), name="pooler")
@@ -103,22 +120,29 @@ def bert_base(batch: int = 1, dtype: str = "fp32", seq_len: int = 128, layers: i
 
 
 def gpt2_small(batch: int = 1, dtype: str = "fp32", seq_len: int = 1024, layers: int = 12,
-               dim: int = 768, heads: int = 12, vocab: int = 50257) -> Graph:
+               dim: int = 768, heads: int = 12, vocab: int = 50257, tp: int = 1) -> Graph:
     """GPT-2 small decoder (Radford et al. 2019; Hugging Face ``gpt2``), output head tied
-    to the token embedding: 124,439,808 parameters."""
+    to the token embedding: 124,439,808 parameters. ``tp``: one rank's shard of Megatron's
+    split, as in :func:`bert_base`."""
+    _shard("gpt2_small", tp, heads=heads, dim=dim)
     b = GraphBuilder("gpt2_small", dtype)
     ids = b.input((batch, seq_len), name="input_ids", dtype="int64")
     pos = b.input((batch, seq_len), name="position_ids", dtype="int64")
     x = b.add(b.embedding(ids, vocab, dim, name="wte"),
               b.embedding(pos, 1024, dim, name="wpe"))
+    col, row = ("column", "row") if tp > 1 else (None, None)
     for i in range(layers):
         n = f"h{i}"
-        qkv = b.linear(b.layernorm(x, name=f"{n}.ln_1"), 3 * dim, name=f"{n}.attn.c_attn")
-        q, k, v = b.split(qkv, [dim] * 3, axis=2, name=f"{n}.attn.split")
-        a = b.linear(_attention(b, q, k, v, heads, f"{n}.attn"), dim, name=f"{n}.attn.c_proj")
+        qkv = b.linear(b.layernorm(x, name=f"{n}.ln_1"), 3 * dim // tp,
+                       name=f"{n}.attn.c_attn", parallel=col)
+        q, k, v = b.split(qkv, [dim // tp] * 3, axis=2, name=f"{n}.attn.split")
+        a = b.linear(_attention(b, q, k, v, heads // tp, f"{n}.attn"), dim,
+                     name=f"{n}.attn.c_proj", parallel=row)
         x = b.add(x, a, name=f"{n}.attn.residual")
-        m = b.linear(b.layernorm(x, name=f"{n}.ln_2"), 4 * dim, name=f"{n}.mlp.c_fc")
-        m = b.linear(b.gelu(m, name=f"{n}.mlp.gelu"), dim, name=f"{n}.mlp.c_proj")
+        m = b.linear(b.layernorm(x, name=f"{n}.ln_2"), 4 * dim // tp, name=f"{n}.mlp.c_fc",
+                     parallel=col)
+        m = b.linear(b.gelu(m, name=f"{n}.mlp.gelu"), dim, name=f"{n}.mlp.c_proj",
+                     parallel=row)
         x = b.add(x, m, name=f"{n}.mlp.residual")
     x = b.layernorm(x, name="ln_f")
     b.softmax(_shared_linear(b, x, vocab, "wte", bias=False, name="lm_head"), name="softmax")
