@@ -240,7 +240,8 @@ def parallelize(forward: Graph, cluster: Cluster, cost: CostModel, *, dp: int = 
     else:
         step = micro_step(local, 1, optimizer)
         inner = Plan(step, dict.fromkeys(step.names, stage_devices[0]),
-                     {stage_devices[0]: step.topological_order()}, policy="single_device")
+                     {stage_devices[0]: step.topological_order()}, policy="single_device",
+                     priority=_priority(step, set()))
     if tp > 1:
         inner = split_ranks(inner, cluster, degree=tp, devices=names[:pp * tp])
     if dp > 1:

@@ -126,3 +126,19 @@ def test_tenant_sharing_study(tmp_path: Path, monkeypatch) -> None:
     # placing the second job around the first never lowers throughput under fifo here
     for cluster in set(df["cluster"]):
         assert fifo.loc[(cluster, True)] >= fifo.loc[(cluster, False)] * (1 - 1e-9)
+
+
+def test_parallel_scaling_study(tmp_path: Path, monkeypatch) -> None:
+    df = run_script("parallel_scaling", tmp_path, monkeypatch)
+    runs = df.set_index(["model", "dtype", "strategy", "gpus"])
+    # two replicas' ring all-reduce moves every gradient twice (2 (p - 1) B)
+    for dtype, itemsize in (("tf32", 4), ("fp16", 2)):
+        moved = runs.loc[("resnet50", dtype, "dp", 2), "collective_gb"] * 1e9
+        assert moved == pytest.approx(2 * 25_557_032 * itemsize, rel=1e-5)
+    # Megatron on two ranks: four all-reduces of batch x seq x dim per layer, each sending
+    # 2 (tp - 1) halves
+    moved = runs.loc[("bert_base", "fp16", "tp", 2), "collective_gb"] * 1e9
+    assert moved == pytest.approx(12 * 4 * 2 * 16 * 32 * 768 * 2, rel=1e-5)
+    assert (df.loc[df["gpus"] == 1, "speedup"] == 1).all() and df["feasible"].all()
+    bert = df[df["model"] == "bert_base"]
+    assert (bert["efficiency"] <= 1 + 1e-9).all()  # fixed batch: no GPU does more than 1/n
