@@ -11,7 +11,11 @@ DeepLearningExamples README for ResNet-50 v1.5 in PyTorch (pytorch-21.03 NGC con
 both speedups and their difference; absolute throughput is the roofline model's, not
 calibrated to those GPUs, so only the scaling is compared.
 
-Part 2 (strategies): on four DGX H100 nodes (``dgx-h100-x4-ib``, 32 GPUs, NVLink inside a
+Part 2 (buckets): the same step in FP16 at 64 images per GPU on eight GPUs with gradient
+buckets from 0.25 MiB to one bucket for all: how much of the all-reduce the backward pass
+hides.
+
+Part 3 (strategies): on four DGX H100 nodes (``dgx-h100-x4-ib``, 32 GPUs, NVLink inside a
 node, 400 Gb/s InfiniBand across), a fixed global batch per model (strong scaling), every
 strategy that applies at 1, 2, 4, 8, 16 and 32 GPUs: data parallelism (dp), tensor
 parallelism (tp, at most 4: GPT-2 and BERT have 12 heads, and one node), a pipeline (pp,
@@ -73,13 +77,15 @@ def algorithms(name: str, n: int) -> tuple[str, ...]:
 
 
 def run(cluster_name: str, model: str, batch: int, seq_len: int | None, dtype: str,
-        name: str, dp: int, pp: int, tp: int, algorithm: str = "ring") -> dict[str, Any]:
+        name: str, dp: int, pp: int, tp: int, algorithm: str = "ring",
+        bucket_mib: float = 25.0) -> dict[str, Any]:
     """One strategy's simulated training step."""
     cluster = get_cluster(cluster_name)
     cost = make_cost_model("roofline", cluster)
     forward = build_model(model, batch=batch, seq_len=seq_len, dtype=dtype)
     p = parallelize(forward, cluster, cost, dp=dp, pp=pp, tp=tp, microbatches=4 * pp
-                    if pp > 1 else 1, algorithm=algorithm)
+                    if pp > 1 else 1, algorithm=algorithm,
+                    bucket_bytes=int(bucket_mib * 2**20))
     r = simulate(p, cluster, cost, links="fair", order="plan" if pp > 1 else "priority")
     trace = r.trace
     compute = trace[trace["kind"] == "compute"]
@@ -87,7 +93,7 @@ def run(cluster_name: str, model: str, batch: int, seq_len: int | None, dtype: s
     return {"cluster": cluster_name, "model": model, "dtype": dtype, "batch": batch,
             "strategy": name + (f" ({algorithm})" if algorithm != "ring" else ""),
             "gpus": dp * pp * tp, "dp": dp, "pp": pp, "tp": tp,
-            "step_s": r.makespan_s, "samples_per_s": batch / r.makespan_s,
+            "bucket_mib": bucket_mib, "step_s": r.makespan_s, "samples_per_s": batch / r.makespan_s,
             "feasible": r.feasible, "collective_gb": r.collective_bytes / 1e9,
             "not_computing": 1 - float(busy.max()) / r.makespan_s,
             "peak_memory_gb": max(r.peak_memory_bytes.values()) / 1e9}
@@ -97,6 +103,14 @@ def published_cells(quick: bool) -> list[tuple[Any, ...]]:
     per_gpu = 32 if quick else 256
     return [("dgx-a100", "resnet50", per_gpu * n, None, dtype, "dp", n, 1, 1)
             for dtype in PUBLISHED for n in ((1, 2, 4, 8) if not quick else (1, 2))]
+
+
+def bucket_cells(quick: bool) -> list[tuple[Any, ...]]:
+    """ResNet-50 on eight GPUs of the DGX A100 with buckets from 1 MiB to one for all."""
+    n, per_gpu = (2, 32) if quick else (8, 64)
+    return [("dgx-a100", "resnet50", per_gpu * n, None, "fp16", "dp buckets", n, 1, 1,
+             "ring", mib) for mib in ((1.0, 1024.0) if quick else (0.25, 1.0, 5.0, 25.0,
+                                                                   100.0, 1024.0))]
 
 
 def strategy_cells(quick: bool) -> list[tuple[Any, ...]]:
@@ -109,7 +123,8 @@ def strategy_cells(quick: bool) -> list[tuple[Any, ...]]:
 def with_efficiency(df: pd.DataFrame) -> pd.DataFrame:
     """Speedup (throughput over the same model's on one GPU, same cluster and dtype) and
     efficiency (speedup per GPU) of each run."""
-    one = df[df["gpus"] == 1].set_index(["cluster", "model", "dtype"])["samples_per_s"]
+    one = df[(df["gpus"] == 1) & (df["strategy"] == "dp")].set_index(
+        ["cluster", "model", "dtype"])["samples_per_s"]
     base = df.set_index(["cluster", "model", "dtype"]).index.map(one).to_numpy()
     speedup = df["samples_per_s"].to_numpy() / base
     return df.assign(speedup=speedup, efficiency=speedup / df["gpus"].to_numpy())
@@ -140,7 +155,8 @@ def compare_published(df: pd.DataFrame) -> pd.DataFrame:
     """Simulated against published speedup on the most GPUs of part 1."""
     rows = []
     for dtype, (one, many) in PUBLISHED.items():
-        sim = df[(df["cluster"] == "dgx-a100") & (df["dtype"] == dtype)]
+        sim = df[(df["cluster"] == "dgx-a100") & (df["dtype"] == dtype)
+                 & (df["strategy"] == "dp")]
         top = sim.loc[sim["gpus"].idxmax()]
         published = many / one
         rows.append({"dtype": dtype, "gpus": int(top["gpus"]),
@@ -158,7 +174,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                         help="worker processes (default: every core; 1: this process)")
     args = parser.parse_args(argv)
     out = Path(args.out)
-    cells = published_cells(args.quick) + strategy_cells(args.quick)
+    cells = published_cells(args.quick) + bucket_cells(args.quick) + strategy_cells(
+        args.quick)
     if args.workers == 1:
         rows = [run(*cell) for cell in cells]
     else:
@@ -167,7 +184,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     df = with_efficiency(pd.DataFrame(rows))
     write_results(df, out / "parallel_scaling.parquet")
     plot(df, out / "parallel_scaling.png")
-    shown = ["cluster", "model", "dtype", "strategy", "gpus", "dp", "pp", "tp", "step_s",
+    shown = ["cluster", "model", "dtype", "strategy", "bucket_mib", "gpus", "dp", "pp", "tp",
+             "step_s",
              "samples_per_s", "speedup", "efficiency", "collective_gb", "not_computing",
              "feasible"]
     print(df[shown].round(4).to_string(index=False))
