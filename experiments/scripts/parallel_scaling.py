@@ -101,7 +101,7 @@ def run(cluster_name: str, model: str, batch: int, seq_len: int | None, dtype: s
 
 def published_cells(quick: bool) -> list[tuple[Any, ...]]:
     per_gpu = 32 if quick else 256
-    return [("dgx-a100", "resnet50", per_gpu * n, None, dtype, "dp", n, 1, 1)
+    return [("dgx-a100", "resnet50", per_gpu * n, None, dtype, "dp", n, 1, 1, "ring", 25.0)
             for dtype in PUBLISHED for n in ((1, 2, 4, 8) if not quick else (1, 2))]
 
 
@@ -115,7 +115,7 @@ def bucket_cells(quick: bool) -> list[tuple[Any, ...]]:
 
 def strategy_cells(quick: bool) -> list[tuple[Any, ...]]:
     models, gpus = (QUICK_MODELS, (1, 2, 4)) if quick else (MODELS, GPUS)
-    return [("dgx-h100-x4-ib", model, batch, seq, "fp16", *s, algorithm)
+    return [("dgx-h100-x4-ib", model, batch, seq, "fp16", *s, algorithm, 25.0)
             for model, (batch, seq) in models.items() for n in gpus
             for s in strategies(model, n) for algorithm in algorithms(s[0], n)]
 

@@ -180,3 +180,16 @@ def test_bad_collectives_are_one_clear_line() -> None:
     with pytest.raises(PlacelabError, match=r"the hierarchical algorithm needs as many "
                                             r"members on every node"):
         _time(lopsided, "all_reduce", 4 * 300, "hierarchical")
+
+
+def test_a_tenant_with_collectives_runs_as_it_does_alone() -> None:
+    from sim import simulate_jobs
+    from sim.tenants import Job
+
+    cluster = _ring(4, 1e9, 1e-5)
+    p = _plan(cluster, "all_reduce", 4 * 4 * 1000, "tree")
+    alone = simulate(p, cluster, FreeCompute(cluster))
+    shared = simulate_jobs([Job(p, "a")], cluster, FreeCompute(cluster))
+    assert shared.makespan_s == alone.makespan_s
+    assert (shared.trace["kind"] == "collective").sum() == (alone.trace["kind"]
+                                                           == "collective").sum() > 0
