@@ -308,6 +308,12 @@ def execute(plan: Plan, engine: Engine, *, inputs: Mapping[str, np.ndarray] | No
     if warmup < 0 or repeats < 1:
         raise PlacelabError(f"execute: expected warmup >= 0 and repeats >= 1, got "
                             f"warmup={warmup}, repeats={repeats}")
+    if plan.device_groups:
+        name = next(iter(plan.device_groups))
+        raise PlacelabError(f"execute: plan of graph {plan.graph.name!r}: expected ops the "
+                            f"engine has kernels for, got collective {name!r} "
+                            f"({plan.graph.op(name).kind}); collectives are simulated, not "
+                            f"run")
     calls = _bind_all(plan, engine)
     host = dict(make_inputs(plan.graph, seed)) if inputs is None else dict(inputs)
     host |= parameters(plan.graph, seed, weights or {})

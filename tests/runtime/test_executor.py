@@ -13,6 +13,7 @@ from runtime import NumpyEngine, execute, make_inputs
 from runtime.weights import weight_arrays
 from sim import TRACE_COLUMNS, simulate
 from workloads import GraphBuilder, GraphError, Op, PlacementError, Tensor, build_model
+from workloads.errors import PlacelabError
 from workloads.zoo.sequence import bert_base
 
 
@@ -98,6 +99,13 @@ def test_plans_for_another_cluster_and_unrunnable_ops_are_refused_before_running
     g = Graph("odd", [x, odd])
     with pytest.raises(GraphError, match=r"op 'odd': kind 'opaque' has no kernel"):
         execute(plan(g, two.cluster(), "single_device"), two)
+    from policies.data_parallel import data_parallel
+
+    dp = data_parallel(build_model("mlp", batch=8), two.cluster(),
+                       RooflineCost(two.cluster()), replicas=2)
+    with pytest.raises(PlacelabError, match=r"got collective 'ar0' \(all_reduce\); "
+                                            r"collectives are simulated, not run"):
+        execute(dp, two)
 
 
 def test_mlp_equals_torch_with_the_same_weights() -> None:
