@@ -37,18 +37,22 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         fit_kinds,
         fit_link,
         fit_samples,
+        last_level_cache_bytes,
         write_calibration,
     )
     from runtime.microbench import benchmark_cases, time_copies, time_ops
 
     engine = make_engine(args.engine, args.devices)
     repeats = 3 if args.quick else 7
-    samples = time_ops(engine, benchmark_cases(args.quick), repeats=repeats,
-                       progress=_progress(args, "timing ops"))
+    cache = last_level_cache_bytes()
+    samples = time_ops(engine, benchmark_cases(args.quick, cache), repeats=repeats,
+                       progress=_progress(args, "timing ops"), cache_bytes=cache)
     copies = time_copies(engine, quick=args.quick, repeats=repeats)
-    fit = fit_samples(samples, buckets=3 if args.quick else 4)
+    # the roofline fits ops as measured alone; weights evicted are the per-kind models'
+    fit = fit_samples([s for s in samples if not s.features or not s.features[-1]],
+                      buckets=3 if args.quick else 4)
     link = fit_link(copies)
-    kinds = fit_kinds(samples)
+    kinds = fit_kinds(samples, cache_bytes=cache)
     dispatch = dispatch_seconds(samples)
     spec = engine.cluster().devices[0]
     path = write_calibration(args.out, engine_name=engine.name, model=spec.model,

@@ -23,13 +23,15 @@ from hwmodels.spec import Cluster, Device
 from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 from workloads.errors import HardwareSpecError, UnsupportedOp
 from workloads.graph import Graph, Op
+from workloads.op import window_work
 from workloads.registry import Registry
 
 #: Op -> device name, or device indices in ``graph.arrays`` order.
 Placement = Mapping[str, str] | np.ndarray
 
 __all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
-           "kind_key", "make_cost_model", "window_positions"]
+           "KIND_FEATURES", "kind_features", "kind_key", "make_cost_model", "weight_bytes",
+           "window_positions"]
 
 
 class CostModel(ABC):
@@ -201,14 +203,52 @@ def window_positions(op: Op) -> int:
     return int(kernel[0] * kernel[1]) if kernel else 0
 
 
+#: What a per-kind time model is linear in: a constant (launch), FLOPs, bytes moved, kernel
+#: positions, bytes beyond the last-level cache, bytes a windowed kernel gathers, batched
+#: products it runs, and weight bytes read from memory rather than cache.
+KIND_FEATURES = ("launch", "flops", "bytes", "windows", "far_bytes", "window_bytes",
+                 "items", "cold_bytes")
+
+
+def kind_features(op: Op, cache_bytes: float, cold_bytes: float = 0.0) -> tuple[float, ...]:
+    """``op``'s values of :data:`KIND_FEATURES` (``cold_bytes``: its weight bytes that a
+    run reads from memory, 0 where they stay cached).
+
+    >>> from workloads.op import Tensor
+    >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (256,)),), flops=256,
+    ...           bytes_read=1024, bytes_written=1024)
+    >>> kind_features(relu, cache_bytes=1024)
+    (1.0, 256.0, 2048.0, 0.0, 1024.0, 0.0, 0.0, 0.0)
+    """
+    moved = float(op.bytes_read + op.bytes_written)
+    elements, items = window_work(op)
+    return (1.0, float(op.flops), moved, float(window_positions(op)),
+            max(moved - cache_bytes, 0.0), float(elements * DTYPE_BYTES[op.dtype]),
+            float(items), float(cold_bytes))
+
+
+def weight_bytes(graph: Graph, op: Op) -> int:
+    """The weights ``op`` reads: its own resident state, and tensors of ``parameter`` ops
+    (a training step's weights)."""
+    read = op.param_bytes
+    for name in dict.fromkeys(op.inputs):
+        producer = graph.op(graph.producer(name))
+        if producer.kind == "parameter":
+            read += graph.tensor(name).nbytes
+    return read
+
+
 class CalibratedCost(RooflineCost):
     """The roofline over calibrated specs: a device whose catalog model has an entry in the
     calibration file (the device TOML that calibration writes) uses that entry's peaks,
     bandwidth, launch overhead and efficiencies; other devices keep their catalog spec.
     Where the file holds a per-kind model (``[[measured]]``, fitted where the roofline does
     not fit an op class), an fp32 op of that kind takes ``launch + s_per_gflop * GFLOPs +
-    s_per_gb * GB + us_per_window * windows + s_per_gb_beyond_cache * GB beyond cache_mib``
-    instead.
+    s_per_gb * GB + us_per_window * windows + s_per_gb_beyond_cache * GB beyond cache_mib
+    + s_per_gb_windowed * GB a windowed kernel gathers + us_per_item * batched products +
+    s_per_gb_cold * GB of weights read from memory`` instead. Weights count as read from
+    memory (``cold``) when the weights on the op's device in the simulated graph exceed
+    the cache (:meth:`op_times`; :meth:`op_time`, which sees one op, takes them as cached).
     """
 
     def __init__(self, cluster: Cluster, file: str | Path) -> None:
@@ -237,23 +277,38 @@ class CalibratedCost(RooflineCost):
         return self._specs.get(device) or self.cluster.device(device)
 
     def op_time(self, op: Op, device: str) -> float:
+        return self._time(op, device, 0)
+
+    def _time(self, op: Op, device: str, cold_bytes: int) -> float:
         fit = self._kinds.get((self.spec(device).model, kind_key(op)))
         if fit is None or op.dtype != "fp32":
             return super().op_time(op, device)
-        launch, per_flop, per_byte, per_window, per_far_byte, cache = fit
-        moved = op.bytes_read + op.bytes_written
-        return (launch + per_flop * op.flops + per_byte * moved
-                + per_window * window_positions(op) + per_far_byte * max(moved - cache, 0))
+        coefficients, cache = fit
+        features = kind_features(op, cache, cold_bytes if cold_bytes <= cache else 0)
+        return float(np.dot(coefficients, features))
 
     def op_times(self, graph: Graph, placement: Placement) -> list[float]:
-        if self._kinds:  # per op: the kind decides the model
-            return CostModel.op_times(self, graph, placement)
-        return super().op_times(graph, placement)
+        if not self._kinds:
+            return super().op_times(graph, placement)
+        names = self.cluster.device_names
+        where = [names[d] for d in placement.tolist()] if isinstance(
+            placement, np.ndarray) else [placement[n] for n in graph.arrays.names]
+        ops = [graph.op(n) for n in graph.arrays.names]
+        weights = [weight_bytes(graph, op) for op in ops]
+        held: dict[str, int] = {}  # each device's weights, each tensor once
+        for op, device in zip(ops, where, strict=True):
+            own = op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
+            held[device] = held.get(device, 0) + own
+        caches = {d: max((c for (m, _), (_, c) in self._kinds.items()
+                          if m == self.spec(d).model), default=0) for d in held}
+        return [self._time(op, device, read if held[device] > caches[device] else 0)
+                for op, device, read in zip(ops, where, weights, strict=True)]
 
 
-def _measured_kinds(file: str | Path) -> dict[tuple[str, str], tuple[float, ...]]:
-    """(device model, kind) -> (launch s, s per FLOP, s per byte, s per window, s per byte
-    beyond the cache, cache bytes)."""
+def _measured_kinds(file: str | Path
+                    ) -> dict[tuple[str, str], tuple[tuple[float, ...], float]]:
+    """(device model, kind) -> (coefficients of :data:`KIND_FEATURES` in seconds per unit,
+    cache bytes)."""
     from hwmodels.schema import HardwareDocument
     from workloads.io import read_text
     from workloads.schema import load_toml, validate
@@ -262,9 +317,11 @@ def _measured_kinds(file: str | Path) -> dict[tuple[str, str], tuple[float, ...]
     doc = validate(HardwareDocument, load_toml(text, source=str(file),
                                                error=HardwareSpecError),
                    source=str(file), error=HardwareSpecError)
-    return {(m.model, m.kind): (m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
-                                m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
-                                m.cache_mib * 2**20) for m in doc.measured}
+    return {(m.model, m.kind): ((m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
+                                 m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
+                                 m.s_per_gb_windowed * 1e-9, m.us_per_item * 1e-6,
+                                 m.s_per_gb_cold * 1e-9), m.cache_mib * 2**20)
+            for m in doc.measured}
 
 
 class TableCost(CostModel):

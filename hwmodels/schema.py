@@ -65,7 +65,9 @@ class ClusterTable(Schema):
 class MeasuredKind(Schema):
     """A per-kind time model calibration fitted where the roofline does not fit:
     ``launch + s_per_gflop * GFLOPs + s_per_gb * GB moved + us_per_window * windows +
-    s_per_gb_beyond_cache * GB beyond cache_mib``."""
+    s_per_gb_beyond_cache * GB beyond cache_mib + s_per_gb_windowed * GB gathered by a
+    windowed kernel + us_per_item * batched products + s_per_gb_cold * GB of weights read
+    from memory``."""
 
     model: Name
     kind: Name
@@ -74,6 +76,9 @@ class MeasuredKind(Schema):
     s_per_gb: NonNegative = 0.0
     us_per_window: NonNegative = 0.0
     s_per_gb_beyond_cache: NonNegative = 0.0
+    s_per_gb_windowed: NonNegative = 0.0
+    us_per_item: NonNegative = 0.0
+    s_per_gb_cold: NonNegative = 0.0
     cache_mib: NonNegative = 0.0
     median_error: NonNegative = 0.0
     p90_error: NonNegative = 0.0

@@ -183,31 +183,38 @@ def last_level_cache_bytes() -> int:
 
 @dataclass
 class KindFit:
-    """``launch + per_flop * FLOPs + per_byte * bytes + per_window * windows + per_far_byte *
-    (bytes beyond the last-level cache)`` for one kind (a backward op's kind is
-    ``backward:<forward kind>``)."""
+    """A non-negative linear model of one kind's time over
+    :data:`hwmodels.cost.KIND_FEATURES` (a backward op's kind is ``backward:<forward
+    kind>``)."""
 
     kind: str
-    launch_s: float
-    per_flop: float
-    per_byte: float
-    per_window: float
-    per_far_byte: float
+    coefficients: tuple[float, ...]
     cache_bytes: int
     quality: dict[str, float]
 
     def predict(self, s: Sample) -> float:
-        return (self.launch_s + self.per_flop * s.flops + self.per_byte * s.nbytes
-                + self.per_window * s.windows
-                + self.per_far_byte * max(s.nbytes - self.cache_bytes, 0.0))
+        return float(np.dot(self.coefficients, _features(s, self.cache_bytes)))
+
+    @property
+    def launch_s(self) -> float:
+        return self.coefficients[0]
+
+
+def _features(s: Sample, cache: int) -> tuple[float, ...]:
+    """A sample's features: those measured with it, or those its FLOPs, bytes and windows
+    give (a sample made by hand)."""
+    if s.features:
+        return s.features
+    return (1.0, s.flops, s.nbytes, s.windows, max(s.nbytes - cache, 0.0), 0.0, 0.0, 0.0)
 
 
 def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 2,
               cache_bytes: int | None = None) -> dict[str, KindFit]:
-    """A non-negative linear model per kind over its samples' FLOPs, bytes and window
-    positions, fitted on relative error with a robust loss (one hiccup of the machine does
-    not move it) from a non-negative least-squares start; kinds with fewer than
-    ``min_samples`` fp32 samples are left to the roofline."""
+    """A non-negative linear model per kind over its samples' features (FLOPs, bytes,
+    window positions and gathered bytes, batched products, bytes beyond the cache, weights
+    read from memory), fitted on relative error with a robust loss (one hiccup of the
+    machine does not move it) from a non-negative least-squares start; kinds with fewer
+    than ``min_samples`` fp32 samples are left to the roofline."""
     from scipy.optimize import nnls
 
     cache = last_level_cache_bytes() if cache_bytes is None else cache_bytes
@@ -217,8 +224,7 @@ def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 2,
         mine = [s for s in samples if s.kind == kind and s.dtype == "fp32" and s.seconds > 0]
         if len(mine) < min_samples:
             continue
-        raw = np.array([[1.0, s.flops, s.nbytes, s.windows, max(s.nbytes - cache, 0.0)]
-                        for s in mine])
+        raw = np.array([_features(s, cache) for s in mine])
         seconds = np.array([s.seconds for s in mine])
         scale = np.where(raw.max(axis=0) > 0, raw.max(axis=0), 1.0)
         x = raw / scale  # columns of order 1: better conditioned
@@ -230,9 +236,7 @@ def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 2,
 
         result = least_squares(residuals, start, bounds=(0, np.inf), loss="soft_l1",
                                f_scale=0.05)
-        coef = result.x / scale
-        fit = KindFit(kind, float(coef[0]), float(coef[1]), float(coef[2]), float(coef[3]),
-                      float(coef[4]), cache, quality={})
+        fit = KindFit(kind, tuple(float(v) for v in result.x / scale), cache, quality={})
         errors = np.array([abs(fit.predict(s) / s.seconds - 1) for s in mine])
         fit.quality = {"median": float(np.median(errors)),
                        "p90": float(np.quantile(errors, 0.9)), "samples": len(mine)}
@@ -325,13 +329,20 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
         "device": [device_table(spec)], "cluster": [cluster_table(cluster)]}
     if kinds:
         data["measured"] = [{
-            "model": model, "kind": k.kind, "launch_us": k.launch_s * 1e6,
-            "s_per_gflop": k.per_flop * 1e9, "s_per_gb": k.per_byte * 1e9,
-            "us_per_window": k.per_window * 1e6, "s_per_gb_beyond_cache": k.per_far_byte * 1e9,
+            "model": model, "kind": k.kind,
+            **{key: value * unit for key, value, unit in zip(
+                _MEASURED_KEYS, k.coefficients, _MEASURED_UNITS, strict=True)},
             "cache_mib": k.cache_bytes / 2**20, "median_error": round(k.quality["median"], 4),
             "p90_error": round(k.quality["p90"], 4), "samples": int(k.quality["samples"])}
             for k in kinds.values()]
     return write_text_atomic(path, tomli_w.dumps(_finite(data)))
+
+
+#: The file's key for each feature's coefficient (hwmodels.cost.KIND_FEATURES) and the
+#: factor from seconds per unit to the key's unit.
+_MEASURED_KEYS = ("launch_us", "s_per_gflop", "s_per_gb", "us_per_window",
+                  "s_per_gb_beyond_cache", "s_per_gb_windowed", "us_per_item", "s_per_gb_cold")
+_MEASURED_UNITS = (1e6, 1e9, 1e9, 1e6, 1e9, 1e9, 1e6, 1e9)
 
 
 def _finite(value: Any) -> Any:

@@ -17,11 +17,11 @@ import itertools
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
-from hwmodels.cost import kind_key, window_positions
+from hwmodels.cost import kind_features, kind_key, weight_bytes, window_positions
 from runtime.engine import Engine
 from workloads.builder import GraphBuilder
 from workloads.graph import Graph
@@ -37,6 +37,9 @@ class Case:
     label: str
     graph: Graph
     op: Op
+    #: Whether the op runs among copies of itself with weights of their own, so that its
+    #: weights come from memory, as in a model larger than the cache.
+    cold: bool = False
 
     @property
     def op_class(self) -> str:
@@ -56,6 +59,8 @@ class Sample:
     dtype: str = "fp32"
     kind: str = ""
     windows: float = 0.0
+    #: The op's :data:`hwmodels.cost.KIND_FEATURES` (empty for copies and gaps).
+    features: tuple[float, ...] = ()
 
 
 def _case(label: str, build: Callable[[GraphBuilder, str], str],
@@ -171,12 +176,33 @@ def _transformer(quick: bool) -> Iterable[Case]:
                 yield Case(f"{op.name} gpt s{seq} d{dim}", step, op)
 
 
-def benchmark_cases(quick: bool = False) -> list[Case]:
+def _cold(cases: list[Case], cache_bytes: int) -> Iterable[Case]:
+    """Each one-op case whose weights are between an eighth of the cache and the cache
+    again, among copies of itself (each with its own weights) reading the same input:
+    together twice the cache, so each copy finds its weights evicted, as a layer of a
+    model larger than the cache does."""
+    for case in cases:
+        held = case.op.param_bytes
+        if len(case.graph) != 2 or not cache_bytes // 8 <= held <= cache_bytes:
+            continue
+        copies = min(16, -(-2 * cache_bytes // held))
+        source = case.graph.op(case.graph.producer(case.op.inputs[0]))
+        ops = [source] + [replace(case.op, name=f"{case.op.name}.{i}", outputs=tuple(
+            replace(t, name=f"{t.name}.{i}") for t in case.op.outputs))
+            for i in range(copies)]
+        graph = Graph(f"{case.graph.name} cold", ops)
+        yield from (Case(f"{case.label} cold", graph, op, cold=True) for op in ops[1:])
+
+
+def benchmark_cases(quick: bool = False, cache_bytes: int = 32 * 2**20) -> list[Case]:
     """The ops calibration times: GEMMs over a grid of m, n, k (and batch-sized rows); the
     zoo's convolution shapes; elementwise, reduction and layout ops over sizes from 1 KiB
-    to 64 MiB; every op of small training steps (a perceptron, a CNN, a decoder)."""
-    return [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick),
-            *_transformer(quick)]
+    to 64 MiB; every op of small training steps (a perceptron, a CNN, a decoder); and the
+    one-op cases with large weights again among copies of themselves (weights from
+    memory)."""
+    cases = [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick),
+             *_transformer(quick)]
+    return cases + list(_cold(cases, cache_bytes))
 
 
 def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
@@ -196,8 +222,8 @@ def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
 
 
 def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int = 5,
-             seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter
-             ) -> list[Sample]:
+             seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter,
+             cache_bytes: int = 32 * 2**20) -> list[Sample]:
     """Time the cases' ops as the executor runs them: each case's graph placed on the
     engine's first device and executed ``warmup + repeats`` times; an op's time is the
     median of how long it kept the device busy (``RunResult.op_busy_s``: its kernel,
@@ -224,7 +250,9 @@ def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int
     samples = [Sample(c.label, c.op.op_class, float(c.op.flops),
                       float(c.op.bytes_read + c.op.bytes_written),
                       seconds[(id(c.graph), c.op.name)], c.op.dtype, kind_key(c.op),
-                      window_positions(c.op)) for c in cases]
+                      window_positions(c.op), kind_features(
+                          c.op, cache_bytes, weight_bytes(c.graph, c.op) if c.cold else 0))
+               for c in cases]
     return samples + [Sample("gap", "dispatch", 0.0, 0.0, g) for g in gaps]
 
 

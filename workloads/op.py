@@ -15,7 +15,7 @@ from workloads.dtypes import OP_CLASSES, dtype_bytes
 from workloads.errors import GraphError
 from workloads.kinds import OP_KINDS
 
-__all__ = ["Op", "Tensor"]
+__all__ = ["Op", "Tensor", "window_work"]
 
 def _freeze(value: Any) -> Any:
     """Lists become tuples so that attrs compare equal after a JSON round trip."""
@@ -180,3 +180,32 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {k: _jsonable(v) for k, v in value.items()}
     return value
+
+
+#: Windowed kinds whose kernel gathers every kernel position's view of its input.
+WINDOWED = ("conv2d", "max_pool2d", "avg_pool2d")
+
+
+def window_work(op: Op) -> tuple[int, int]:
+    """The elements a windowed op's kernel gathers (``n c kh kw ho wo``: every kernel
+    position's view of the input) and the batched matrix products it runs (``n groups``
+    for a convolution); a backward op carries its forward op's (``attrs``
+    ``window_elements`` and ``window_items``); ``(0, 0)`` for other ops.
+
+    >>> conv = Op("c", "conv2d", "conv", outputs=(Tensor("c", (2, 8, 4, 4)),),
+    ...           attrs={"kernel": (3, 3)}, flops=2 * 2 * 8 * 16 * 3 * 9)
+    >>> window_work(conv)  # 2 images x 3 channels x 9 positions x 16 outputs
+    (864, 2)
+    """
+    if "window_elements" in op.attrs:
+        return int(op.attrs["window_elements"]), int(op.attrs.get("window_items", 0))
+    kernel = op.attrs.get("kernel")
+    if op.kind not in WINDOWED or not kernel or len(op.outputs[0].shape) != 4:
+        return 0, 0
+    n, channels, ho, wo = op.outputs[0].shape
+    if op.kind == "conv2d":  # FLOPs = 2 n cout ho wo (c / g) k^2, plus a bias's adds
+        groups = int(op.attrs.get("groups", 1))
+        products = op.flops - (n * channels * ho * wo if op.attrs.get("bias") else 0)
+        return groups * (products // 2) // channels, n * groups
+    return n * channels * ho * wo * kernel[0] * kernel[1], 0
+

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from workloads.dtypes import DTYPE_BYTES
 from workloads.errors import GraphError
-from workloads.op import Op, Tensor
+from workloads.op import Op, Tensor, window_work
 
 if TYPE_CHECKING:
     from workloads.graph import Graph
@@ -127,11 +127,19 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], at: list[int], needs:
         outputs=tuple(outs),
         attrs={"of": op.name, "of_kind": op.kind, "grads": len(grads_in),
                **({"kernel": op.attrs["kernel"]} if "kernel" in op.attrs else {}),
+               **_window_attrs(op),
                **({"grad_outputs": tuple(at)} if len(op.outputs) > 1 else {})}, flops=flops,
         bytes_read=0 if view else reads,
         bytes_written=0 if view else sum(t.nbytes for t in outs),
     )
     return back, grad_of, weights
+
+
+def _window_attrs(op: Op) -> dict[str, int]:
+    """The forward op's window work, which its backward op repeats (see
+    :func:`workloads.op.window_work`)."""
+    elements, items = window_work(op)
+    return {"window_elements": elements, "window_items": items} if elements else {}
 
 
 def training_graph(forward: Graph, optimizer: str = "sgd", colocate: str = "ops",
