@@ -63,15 +63,15 @@ def validation_set(quick: bool) -> dict[str, Graph]:
         "alexnet b2": build_model("alexnet", batch=2),
         "resnet50 b2": build_model("resnet50", batch=2),
         "stacked_autoencoder b8": build_model("stacked_autoencoder", batch=8),
-        "bert_base b1 s32": build_model("bert_base", batch=1, seq_len=32),
+        "bert_base b2 s32": build_model("bert_base", batch=2, seq_len=32),
         "mlp b8 train": training_graph(build_model("mlp", batch=8)),
         "lenet5 b16 train": training_graph(build_model("lenet5", batch=16)),
         "squeezenet (onnx)": import_onnx(light / "light_squeezenet.onnx"),
         "custom_cnn (builder)": builder_graph(),
     }
     if not quick:
-        graphs["inception_v3 b1"] = build_model("inception_v3", batch=1)
-        graphs["vgg16 b1"] = build_model("vgg16", batch=1)
+        graphs["inception_v3 b2"] = build_model("inception_v3", batch=2)
+        graphs["vgg16 b2"] = build_model("vgg16", batch=2)
     return graphs
 
 

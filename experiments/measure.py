@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -38,9 +39,16 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         fit_link,
         fit_samples,
         last_level_cache_bytes,
+        shape_table,
         write_calibration,
     )
-    from runtime.microbench import benchmark_cases, time_copies, time_ops
+    from runtime.microbench import (
+        benchmark_cases,
+        calibration_graphs,
+        time_copies,
+        time_graphs,
+        time_ops,
+    )
 
     engine = make_engine(args.engine, args.devices)
     repeats = 3 if args.quick else 7
@@ -48,6 +56,11 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     samples = time_ops(engine, benchmark_cases(args.quick, cache), repeats=repeats,
                        progress=_progress(args, "timing ops"), cache_bytes=cache)
     copies = time_copies(engine, quick=args.quick, repeats=repeats)
+    in_graphs, starts = time_graphs(engine, calibration_graphs(args.quick),
+                                    repeats=3 if args.quick else 5,
+                                    progress=_progress(args, "running models"))
+    shapes = shape_table(in_graphs)
+    start = statistics.median(starts) if starts else 0.0
     # the roofline fits ops as measured alone; weights evicted are the per-kind models'
     fit = fit_samples([s for s in samples if not s.features or not s.features[-1]],
                       buckets=3 if args.quick else 4)
@@ -59,7 +72,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              devices=engine.devices, memory_bytes=spec.memory_bytes,
                              threads=getattr(engine, "threads", 1), fit=fit, link=link,
                              samples=len(samples) + len(copies), kinds=kinds,
-                             link_dispatch_s=dispatch)
+                             link_dispatch_s=dispatch, shapes=shapes, start_s=start)
     if args.plot:
         _plot_fit(samples, fit, kinds, args.plot)
     data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),
@@ -68,6 +81,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "memory_bandwidth_gbps": fit.bandwidth / 1e9, "fit": fit.quality,
             "not_fitted_within_10pct": fit.poorly_fitted,
             "kinds": {k: v.quality for k, v in kinds.items()},
+            "signatures": len(shapes), "run_start_us": start * 1e6,
             "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
                                                "latency_us": link.latency_s * 1e6,
                                                "fit": link.quality}}
@@ -89,10 +103,14 @@ def _calibration_text(d: dict[str, Any]) -> str:
     if d["not_fitted_within_10pct"]:
         lines.append("  the roofline does not fit within 10%: "
                      + ", ".join(d["not_fitted_within_10pct"])
-                     + "; per-kind models (FLOPs, bytes, window positions) instead:")
+                     + "; per-kind models (FLOPs, bytes, windows, batched products, weights "
+                       "from memory) instead:")
         for k, q in d["kinds"].items():
             lines.append(f"    {k:<26} {q['median']:6.1%} / {q['p90']:6.1%}  "
                          f"({q['samples']} ops)")
+    lines.append(f"  {d['signatures']} op signatures timed inside whole zoo models at two "
+                 f"batch sizes (interpolated in batch for ops of the same signature); "
+                 f"{d['run_start_us']:.1f} us before a run's first op")
     if d["plot"]:
         lines.append(f"  plot {d['plot']}")
     return "\n".join(lines)

@@ -30,8 +30,8 @@ from workloads.registry import Registry
 Placement = Mapping[str, str] | np.ndarray
 
 __all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
-           "KIND_FEATURES", "kind_features", "kind_key", "make_cost_model", "weight_bytes",
-           "window_positions"]
+           "KIND_FEATURES", "interpolate", "kind_features", "kind_key", "make_cost_model",
+           "op_batch", "op_signature", "weight_bytes", "window_positions"]
 
 
 class CostModel(ABC):
@@ -227,6 +227,60 @@ def kind_features(op: Op, cache_bytes: float, cold_bytes: float = 0.0) -> tuple[
             float(items), float(cold_bytes))
 
 
+#: Attributes that change what a kernel does (the signature keeps them; names and
+#: bookkeeping differ between ops that cost the same).
+_KERNEL_ATTRS = ("kernel", "stride", "padding", "groups", "axis", "axes", "perm", "bias",
+                 "of_kind", "grads", "count_include_pad", "output_size", "squeeze", "eps",
+                 "keepdims", "sizes", "classes", "grad_outputs")
+
+
+def op_batch(op: Op, graph: Graph | None = None) -> int:
+    """The batch an op runs at: its graph's (``meta["batch"]``), else the leading
+    dimension of its first output (1 without one)."""
+    batch = graph.meta.get("batch") if graph is not None else None
+    if isinstance(batch, int) and batch > 0:
+        return batch
+    return op.outputs[0].shape[0] if op.outputs and op.outputs[0].shape else 1
+
+
+def op_signature(op: Op, batch: int) -> str:
+    """What ops that cost the same at every batch size share: the kind, dtype, output
+    shapes (a leading dimension equal to ``batch`` left out), weight bytes, FLOPs per
+    output element and window elements per batch element where they scale with the
+    batch, and the attributes a kernel reads.
+
+    >>> from workloads import build_model
+    >>> a, b = (build_model("lenet5", batch=n).op("c3") for n in (2, 16))
+    >>> op_signature(a, 2) == op_signature(b, 16), op_signature(a, 2) == op_signature(b, 2)
+    (True, False)
+    """
+    import json
+
+    shapes = [["B", *t.shape[1:]] if t.shape[:1] == (batch,) else list(t.shape)
+              for t in op.outputs]
+    batched = bool(op.outputs) and op.outputs[0].shape[:1] == (batch,)
+    per_element = (round(op.flops / op.outputs[0].numel, 3) if batched else None)
+    elements, _ = window_work(op)
+    attrs = {k: op.attrs[k] for k in _KERNEL_ATTRS if k in op.attrs}
+    return json.dumps([kind_key(op), op.dtype, shapes, op.param_bytes, per_element,
+                       elements // batch, attrs], separators=(",", ":"), default=list)
+
+
+def interpolate(batches: Sequence[int], seconds: Sequence[float], batch: int) -> float:
+    """Time at ``batch`` from times measured at ``batches`` (sorted): linear between the
+    two nearest, extended along the nearest pair's slope (never falling) beyond them.
+
+    >>> interpolate([1, 4], [1.0, 2.5], 2), interpolate([1, 4], [1.0, 2.5], 8)
+    (1.5, 4.5)
+    """
+    if len(batches) == 1:
+        return float(seconds[0])
+    i = int(np.clip(np.searchsorted(batches, batch) - 1, 0, len(batches) - 2))
+    b0, b1, t0, t1 = batches[i], batches[i + 1], seconds[i], seconds[i + 1]
+    slope = max((t1 - t0) / (b1 - b0), 0.0)
+    return float(max(t0 + slope * (batch - b0), 0.0))
+
+
 def weight_bytes(graph: Graph, op: Op) -> int:
     """The weights ``op`` reads: its own resident state, and tensors of ``parameter`` ops
     (a training step's weights)."""
@@ -246,7 +300,12 @@ class CalibratedCost(RooflineCost):
     not fit an op class), an fp32 op of that kind takes ``launch + s_per_gflop * GFLOPs +
     s_per_gb * GB + us_per_window * windows + s_per_gb_beyond_cache * GB beyond cache_mib
     + s_per_gb_windowed * GB a windowed kernel gathers + us_per_item * batched products +
-    s_per_gb_cold * GB of weights read from memory`` instead. Weights count as read from
+    s_per_gb_cold * GB of weights read from memory`` instead; and where it holds times
+    measured for ops of the same signature (:func:`op_signature`) at other batch sizes
+    inside whole graphs (``[[measured_shape]]``), the op takes their interpolation in
+    batch (:func:`interpolate`) before either model; where it holds the executor's delay
+    before a run's first op (``[run] start_us``), each device's first source op takes it.
+    Weights count as read from
     memory (``cold``) when the weights on the op's device in the simulated graph exceed
     the cache (:meth:`op_times`; :meth:`op_time`, which sees one op, takes them as cached).
     """
@@ -255,7 +314,7 @@ class CalibratedCost(RooflineCost):
         from hwmodels.toml_io import load
 
         super().__init__(cluster)
-        self._kinds = _measured_kinds(file)
+        self._kinds, self._shapes, self._start = _measured(file)
         calibrated = load(file).devices
         if not calibrated:
             raise HardwareSpecError(f"{file}: expected at least one [[device]], got none")
@@ -277,10 +336,16 @@ class CalibratedCost(RooflineCost):
         return self._specs.get(device) or self.cluster.device(device)
 
     def op_time(self, op: Op, device: str) -> float:
-        return self._time(op, device, 0)
+        return self._time(op, device, 0, op_batch(op))
 
-    def _time(self, op: Op, device: str, cold_bytes: int) -> float:
-        fit = self._kinds.get((self.spec(device).model, kind_key(op)))
+    def _time(self, op: Op, device: str, cold_bytes: int, batch: int) -> float:
+        model = self.spec(device).model
+        if self._shapes:
+            measured = self._shapes.get((model, op_signature(op, batch)))
+            # one batch measured says nothing of another: the per-kind model then
+            if measured is not None and (len(measured[0]) > 1 or batch in measured[0]):
+                return interpolate(*measured, batch)
+        fit = self._kinds.get((model, kind_key(op)))
         if fit is None or op.dtype != "fp32":
             return super().op_time(op, device)
         coefficients, cache = fit
@@ -288,7 +353,7 @@ class CalibratedCost(RooflineCost):
         return float(np.dot(coefficients, features))
 
     def op_times(self, graph: Graph, placement: Placement) -> list[float]:
-        if not self._kinds:
+        if not self._kinds and not self._shapes and not self._start:
             return super().op_times(graph, placement)
         names = self.cluster.device_names
         where = [names[d] for d in placement.tolist()] if isinstance(
@@ -301,14 +366,23 @@ class CalibratedCost(RooflineCost):
             held[device] = held.get(device, 0) + own
         caches = {d: max((c for (m, _), (_, c) in self._kinds.items()
                           if m == self.spec(d).model), default=0) for d in held}
-        return [self._time(op, device, read if held[device] > caches[device] else 0)
-                for op, device, read in zip(ops, where, weights, strict=True)]
+        batches = [op_batch(op, graph) for op in ops]
+        times = [self._time(op, device, read if held[device] > caches[device] else 0, batch)
+                 for op, device, read, batch in zip(ops, where, weights, batches, strict=True)]
+        started: set[str] = set()
+        for i, (op, device) in enumerate(zip(ops, where, strict=True)):
+            if not op.inputs and device not in started:  # the executor wakes the device
+                started.add(device)
+                times[i] += self._start
+        return times
 
 
-def _measured_kinds(file: str | Path
-                    ) -> dict[tuple[str, str], tuple[tuple[float, ...], float]]:
+def _measured(file: str | Path) -> tuple[
+        dict[tuple[str, str], tuple[tuple[float, ...], float]],
+        dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]], float]:
     """(device model, kind) -> (coefficients of :data:`KIND_FEATURES` in seconds per unit,
-    cache bytes)."""
+    cache bytes); (device model, signature) -> (batches, seconds), sorted by batch; the
+    executor's delay before a run's first op, seconds."""
     from hwmodels.schema import HardwareDocument
     from workloads.io import read_text
     from workloads.schema import load_toml, validate
@@ -317,11 +391,18 @@ def _measured_kinds(file: str | Path
     doc = validate(HardwareDocument, load_toml(text, source=str(file),
                                                error=HardwareSpecError),
                    source=str(file), error=HardwareSpecError)
-    return {(m.model, m.kind): ((m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
-                                 m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
-                                 m.s_per_gb_windowed * 1e-9, m.us_per_item * 1e-6,
-                                 m.s_per_gb_cold * 1e-9), m.cache_mib * 2**20)
-            for m in doc.measured}
+    kinds: dict[tuple[str, str], tuple[tuple[float, ...], float]] = {
+        (m.model, m.kind): ((m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
+                                  m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
+                                  m.s_per_gb_windowed * 1e-9, m.us_per_item * 1e-6,
+                                  m.s_per_gb_cold * 1e-9), m.cache_mib * 2**20)
+        for m in doc.measured}
+    shapes = {}
+    for m in doc.measured_shape:
+        pairs = sorted(zip(m.batches, m.us, strict=True))
+        shapes[m.model, m.signature] = (tuple(b for b, _ in pairs),
+                                        tuple(t * 1e-6 for _, t in pairs))
+    return kinds, shapes, (doc.run.start_us * 1e-6 if doc.run else 0.0)
 
 
 class TableCost(CostModel):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
 from workloads.schema import Schema
@@ -85,12 +85,41 @@ class MeasuredKind(Schema):
     samples: Annotated[int, Field(ge=1)] = 1
 
 
+class MeasuredShape(Schema):
+    """Times calibration measured for ops of one signature (kind, shapes past the batch
+    dimension, the attributes a kernel reads) at several batch sizes, inside whole graphs;
+    the ``calibrated`` cost model interpolates between them in batch."""
+
+    model: Name
+    kind: Name
+    signature: Name
+    batches: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=1)]
+    us: Annotated[list[NonNegative], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _same_length(self) -> MeasuredShape:
+        if len(self.batches) != len(self.us) or len(set(self.batches)) != len(self.batches):
+            raise ValueError(f"batches and us must pair up, one time per distinct batch, "
+                             f"got {len(self.batches)} batches {self.batches} and "
+                             f"{len(self.us)} times")
+        return self
+
+
+class RunTable(Schema):
+    """What an engine's executor costs a run beyond its ops (calibration measures it)."""
+
+    #: From a run's start to its first op's (waking the device's worker).
+    start_us: NonNegative = 0.0
+
+
 class HardwareDocument(Schema):
     device: list[DeviceTable] = Field(default_factory=list)
     cluster: list[ClusterTable] = Field(default_factory=list)
     #: Where a calibrated file came from (machine, date, engine, versions, fit quality).
     calibration: dict[str, Any] | None = None
     measured: list[MeasuredKind] = Field(default_factory=list)
+    measured_shape: list[MeasuredShape] = Field(default_factory=list)
+    run: RunTable | None = None
 
 
 class CostTableDocument(Schema):

@@ -12,7 +12,7 @@ latency and bandwidth. Fit quality (median and 90th-percentile relative error pe
 is recorded, and a class the roofline cannot fit within 10% is named.
 
 >>> import numpy as np
->>> from runtime.microbench import Sample
+>>> from runtime.microbench import Sample, ShapeSample
 >>> s = [Sample(f"m{i}", "matmul", f, 0.0, 2e-6 + f / 1e10) for i, f in
 ...      enumerate(np.geomspace(1e5, 1e9, 12))]
 >>> fit = fit_samples(s, buckets=1)
@@ -33,11 +33,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from runtime.microbench import Sample
+from runtime.microbench import Sample, ShapeSample
 from workloads.errors import PlacelabError
 
 __all__ = ["CalibrationError", "Fit", "KindFit", "LinkFit", "dispatch_seconds", "fit_kinds",
-           "fit_link", "fit_samples", "last_level_cache_bytes", "write_calibration"]
+           "fit_link", "fit_samples", "last_level_cache_bytes", "shape_table",
+           "write_calibration"]
 
 #: Classes whose efficiency is indexed by FLOPs; the others by bytes moved.
 COMPUTE_BOUND = ("matmul", "conv")
@@ -244,6 +245,22 @@ def fit_kinds(samples: Sequence[Sample], *, min_samples: int = 2,
     return out
 
 
+def shape_table(samples: Sequence[ShapeSample]
+                ) -> dict[tuple[str, str], dict[int, float]]:
+    """(kind, signature) -> batch -> seconds: the median of the ops measured with that
+    signature at that batch.
+
+    >>> from runtime.microbench import ShapeSample
+    >>> shape_table([ShapeSample("relu", "s", 2, t) for t in (1.0, 3.0, 2.0)])
+    {('relu', 's'): {2: 2.0}}
+    """
+    groups: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for s in samples:
+        groups.setdefault((s.kind, s.signature), {}).setdefault(s.batch, []).append(s.seconds)
+    return {key: {b: float(np.median(t)) for b, t in sorted(by_batch.items())}
+            for key, by_batch in groups.items()}
+
+
 def dispatch_seconds(samples: Sequence[Sample]) -> float:
     """The median idle time between consecutive ops of a chain on one device: what running
     an op costs the executor outside its kernel (0 without such samples)."""
@@ -296,7 +313,9 @@ def _provenance(engine_name: str, devices: int, threads: int, fit: Fit,
 def write_calibration(path: str | Path, *, engine_name: str, model: str, devices: Sequence[str],
                       memory_bytes: int, threads: int, fit: Fit, link: LinkFit | None,
                       samples: int, kinds: dict[str, KindFit] | None = None,
-                      link_dispatch_s: float = 0.0) -> Path:
+                      link_dispatch_s: float = 0.0,
+                      shapes: dict[tuple[str, str], dict[int, float]] | None = None,
+                      start_s: float = 0.0) -> Path:
     """Write the fitted device (catalog model ``model``), the engine's cluster of it and
     the per-kind models as a hardware TOML that ``placelab hw register`` accepts and the
     ``calibrated`` cost model reads; return the path. ``link_dispatch_s``, the executor's
@@ -335,6 +354,13 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
             "cache_mib": k.cache_bytes / 2**20, "median_error": round(k.quality["median"], 4),
             "p90_error": round(k.quality["p90"], 4), "samples": int(k.quality["samples"])}
             for k in kinds.values()]
+    if start_s:
+        data["run"] = {"start_us": start_s * 1e6}
+    if shapes:
+        data["measured_shape"] = [{
+            "model": model, "kind": kind, "signature": signature,
+            "batches": list(times), "us": [t * 1e6 for t in times.values()]}
+            for (kind, signature), times in shapes.items()]
     return write_text_atomic(path, tomli_w.dumps(_finite(data)))
 
 

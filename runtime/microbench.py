@@ -27,7 +27,8 @@ from workloads.builder import GraphBuilder
 from workloads.graph import Graph
 from workloads.op import Op
 
-__all__ = ["Case", "Sample", "benchmark_cases", "median_time", "time_copies", "time_ops"]
+__all__ = ["Case", "Sample", "ShapeSample", "benchmark_cases", "calibration_graphs",
+           "median_time", "time_copies", "time_graphs", "time_ops"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,17 @@ class Sample:
     windows: float = 0.0
     #: The op's :data:`hwmodels.cost.KIND_FEATURES` (empty for copies and gaps).
     features: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShapeSample:
+    """How long an op of one signature kept its device busy inside a whole graph run at
+    ``batch``."""
+
+    kind: str
+    signature: str
+    batch: int
+    seconds: float
 
 
 def _case(label: str, build: Callable[[GraphBuilder, str], str],
@@ -129,6 +141,8 @@ def _streams(quick: bool) -> Iterable[Case]:
         yield _case(f"transpose {n}", lambda b, x: b.transpose(x, (1, 0)), (n // 64, 64))
         side = max(int((n // 64) ** 0.5), 2)
         yield _case(f"max_pool {n}", lambda b, x: b.max_pool2d(x, 2), (1, 64, side, side))
+        yield _case(f"max_pool k3s2 {n}", lambda b, x: b.max_pool2d(x, 3, stride=2),
+                    (1, 64, side + 1, side + 1))
         if not quick:
             yield _case(f"layernorm {n}", lambda b, x: b.layernorm(x), (n // 256, 256))
             yield _case(f"concat {n}", lambda b, x: b.concat([x, x], axis=0), (n // 2,))
@@ -203,6 +217,58 @@ def benchmark_cases(quick: bool = False, cache_bytes: int = 32 * 2**20) -> list[
     cases = [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick),
              *_transformer(quick)]
     return cases + list(_cold(cases, cache_bytes))
+
+
+#: Zoo models calibration runs whole: (model, batches, sequence length), forward passes and,
+#: for the small ones, SGD training steps. Validation runs them at batches in between.
+CALIBRATION_MODELS: tuple[tuple[str, tuple[int, ...], int | None, bool], ...] = (
+    ("mlp", (4, 32), None, True), ("lenet5", (4, 32), None, True),
+    ("stacked_autoencoder", (4, 32), None, True), ("lstm", (1, 3), None, False),
+    ("alexnet", (1, 3), None, False), ("resnet50", (1, 3), None, False),
+    ("vgg16", (1, 3), None, False), ("inception_v3", (1, 3), None, False),
+    ("bert_base", (1, 3), 32, False), ("gpt2_small", (1, 3), 32, False))
+
+
+def calibration_graphs(quick: bool = False) -> list[Graph]:
+    """The zoo models calibration runs whole (:data:`CALIBRATION_MODELS`; quick: the small
+    ones), so that ops are timed where they run: after their producers, among the
+    model's other weights."""
+    from workloads.training import training_graph
+    from workloads.zoo import build_model
+
+    graphs = []
+    for model, batches, seq_len, train in CALIBRATION_MODELS[:3] if quick \
+            else CALIBRATION_MODELS:
+        for batch in batches:
+            forward = build_model(model, batch=batch, seq_len=seq_len)
+            graphs += [forward, training_graph(forward)] if train else [forward]
+    return graphs
+
+
+def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats: int = 3,
+                seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter
+                ) -> tuple[list[ShapeSample], list[float]]:
+    """Run each graph on the engine's first device and record how long each op kept the
+    device busy (the median over ``repeats``), under its signature and batch; and each
+    run's delay before its first op."""
+    from hwmodels.cost import op_batch, op_signature
+    from policies.plans import Plan
+    from runtime.executor import execute
+
+    device, cluster = engine.devices[0], engine.cluster()
+    samples, starts = [], []
+    for graph in progress(graphs):
+        order = graph.topological_order()
+        plan = Plan(graph, dict.fromkeys(order, device), {device: order},
+                    cluster=cluster.name, cluster_hash=cluster.definition_hash)
+        run = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+        for op in graph:
+            if op.op_class != "source" and op.name in run.op_busy_s:
+                batch = op_batch(op, graph)
+                samples.append(ShapeSample(kind_key(op), op_signature(op, batch), batch,
+                                           run.op_busy_s[op.name]))
+        starts.append(float(run.trace["start_s"].min()))
+    return samples, starts
 
 
 def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:

@@ -4,18 +4,21 @@ as the hardware catalog and the cost model read it, and validation's statistics.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from experiments.cli import main
-from hwmodels.cost import CalibratedCost, kind_key, window_positions
+from hwmodels.cost import CalibratedCost, RooflineCost, kind_key, window_positions
 from hwmodels.toml_io import load
 from runtime import NumpyEngine
 from runtime.calibrate import fit_kinds, fit_link, fit_samples, write_calibration
 from runtime.microbench import Sample
 from runtime.validate import op_errors, rank_agreement
-from workloads import GraphBuilder, Op
+from workloads import GraphBuilder, Op, build_model
 
 
 def _roofline(flops: float, nbytes: float, eff: float) -> float:
@@ -154,3 +157,122 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
     assert main(["calibrate", "--out", str(tmp_path / "x.txt")]) == 2
     assert "expected a file ending in .toml" in capsys.readouterr().err
+
+
+def _shaped(tmp_path, shapes: dict, start_s: float = 0.0, kinds: dict | None = None) -> str:
+    """A calibration file with hand-set shape tables (no roofline fit to speak of)."""
+    samples = [Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50, 1.0))
+               for f in np.geomspace(1e4, 1e10, 8)]
+    copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
+    path = tmp_path / "shaped.toml"
+    write_calibration(path, engine_name="cpu", model="host-cpu", devices=("cpu0", "cpu1"),
+                      memory_bytes=2**34, threads=1, fit=fit_samples(samples, buckets=1),
+                      link=fit_link(copies), samples=8, kinds=kinds, shapes=shapes,
+                      start_s=start_s)
+    return str(path)
+
+
+def test_window_work_counts_what_im2col_gathers() -> None:
+    from workloads.op import window_work
+    from workloads.training import training_graph
+
+    g = training_graph(build_model("lenet5", batch=16))
+    # c1: 16 images x 1 channel x 25 positions x 28 x 28 outputs; 16 batched products
+    assert window_work(g.op("c1")) == (16 * 1 * 25 * 28 * 28, 16)
+    # s2 (2x2 average pool of 6 x 28 x 28): 16 x 6 x 4 x 14 x 14 elements, no products
+    assert window_work(g.op("s2")) == (16 * 6 * 4 * 14 * 14, 0)
+    assert window_work(g.op("c3.backward")) == window_work(g.op("c3"))  # carried over
+    assert window_work(g.op("f6")) == (0, 0)
+
+
+@settings(max_examples=20, deadline=None)
+@given(small=st.integers(2, 8), large=st.integers(9, 64))  # one row is a gemv
+def test_an_op_keeps_its_signature_at_every_batch(small: int, large: int) -> None:
+    from hwmodels.cost import op_batch, op_signature
+    from workloads.training import training_graph
+
+    a, b = (training_graph(build_model("lenet5", batch=n)) for n in (small, large))
+    for op in a:
+        other = b.op(op.name)
+        assert op_batch(op, a) == small and op_batch(other, b) == large
+        assert op_signature(op, small) == op_signature(other, large)
+    convs = [op_signature(a.op(n), small) for n in ("c1", "c3", "c5", "f6")]
+    assert len(set(convs)) == 4  # different layers never share one
+
+
+def test_measured_shapes_are_interpolated_in_batch_and_a_run_start_is_charged_once(
+        tmp_path) -> None:
+    from hwmodels.cost import op_signature
+
+    graphs = {n: build_model("mlp", batch=n) for n in (4, 8, 32, 40)}
+    fc1 = {n: g.op("fc1") for n, g in graphs.items()}
+    shapes = {("linear", op_signature(fc1[4], 4)): {4: 100e-6, 32: 380e-6},
+              ("relu", op_signature(graphs[4].op("relu1"), 4)): {4: 7e-6}}
+    path = _shaped(tmp_path, shapes, start_s=50e-6)
+    engine = NumpyEngine(devices=2, calibration=path)
+    cost = CalibratedCost(engine.cluster(), path)
+    times = {n: dict(zip(g.arrays.names, cost.op_times(g, dict.fromkeys(g.names, "cpu0")),
+                         strict=True)) for n, g in graphs.items()}
+    assert times[8]["fc1"] == pytest.approx(100e-6 + 4 * 280e-6 / 28)  # between 4 and 32
+    assert times[40]["fc1"] == pytest.approx(100e-6 + 36 * 10e-6)  # along the last slope
+    assert times[4]["relu1"] == pytest.approx(7e-6)  # measured at this batch
+    roofline = RooflineCost(engine.cluster()).op_time(graphs[8].op("relu1"), "cpu0")
+    assert times[8]["relu1"] == pytest.approx(roofline)  # one batch says nothing of 8
+    assert times[8]["input"] == pytest.approx(50e-6)  # the run's start, once per device
+    two = cost.op_times(graphs[8], {n: ("cpu1" if n == "softmax" else "cpu0")
+                                    for n in graphs[8].names})
+    assert sum(two) == pytest.approx(sum(times[8].values()) - times[8]["softmax"]
+                                     + cost.op_time(graphs[8].op("softmax"), "cpu1"))
+
+
+def test_weights_count_as_read_from_memory_only_where_a_device_holds_more_than_the_cache(
+        tmp_path) -> None:
+    from hwmodels.cost import weight_bytes
+    from runtime.calibrate import KindFit
+
+    per_cold_byte = 1e-9  # and nothing else: an op's time is its weights from memory
+    fit = KindFit("linear", (0.0,) * 7 + (per_cold_byte,), cache_bytes=2**20,
+                  quality={"median": 0.0, "p90": 0.0, "samples": 2})
+    path = _shaped(tmp_path, {}, kinds={"linear": fit})
+    engine = NumpyEngine(devices=2, calibration=path)
+    cost = CalibratedCost(engine.cluster(), path)
+    big = build_model("mlp", batch=2)  # 7.5 MB of weights > 1 MiB of cache
+    b = GraphBuilder("small")
+    b.linear(b.input((2, 64)), 64)
+    small = b.build()
+    for graph, cold in ((big, True), (small, False)):
+        times = dict(zip(graph.arrays.names, cost.op_times(
+            graph, dict.fromkeys(graph.names, "cpu0")), strict=True))
+        for op in graph:
+            if op.kind == "linear":
+                held = weight_bytes(graph, op)
+                expected = held * per_cold_byte if cold and held <= 2**20 else 0.0
+                assert times[op.name] == pytest.approx(expected)
+
+
+def test_cold_cases_hold_twice_the_cache_in_weights() -> None:
+    from runtime.microbench import benchmark_cases
+
+    cache = 8 * 2**20
+    cold = [c for c in benchmark_cases(quick=True, cache_bytes=cache) if c.cold]
+    assert cold
+    by_graph: dict[int, list] = {}
+    for c in cold:
+        by_graph.setdefault(id(c.graph), []).append(c)
+    for copies in by_graph.values():
+        held = sum(c.op.param_bytes for c in copies)
+        assert held >= 2 * cache or len(copies) == 16
+        assert len({c.op.name for c in copies}) == len(copies)
+
+
+def test_a_shape_table_with_unpaired_times_is_one_clear_line(tmp_path) -> None:
+    from workloads.errors import HardwareSpecError
+
+    path = _shaped(tmp_path, {("relu", "s"): {2: 1e-6, 4: 2e-6}})
+    text = Path(path).read_text().replace("us = [", "us = [ 9.0,", 1)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    engine = NumpyEngine(devices=2, calibration=path)
+    with pytest.raises(HardwareSpecError, match=r"bad.toml: measured_shape\[0\]: batches and "
+                                                r"us must pair up"):
+        CalibratedCost(engine.cluster(), bad)
