@@ -4,7 +4,7 @@ sizes, two training steps, an imported ONNX model and a graph built with the pub
 API — under three plans each (one device, HEFT's split, round robin's bad split), for real
 and simulated, with the calibrated model and with the uncalibrated catalog CPU.
 
-    python benchmarks/validation.py [--quick] [--repeats 7] [--out F]
+    python benchmarks/validation.py [--quick] [--repeats 7] [--min-seconds 0.5] [--out F]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import onnx
 from machine import describe, record
 
 from hwmodels import Cluster, Device, RooflineCost
+from hwmodels.cost import CalibratedCost
 from runtime import NumpyEngine
 from runtime.validate import validate
 from workloads import Graph, GraphBuilder, build_model, training_graph
@@ -75,6 +76,19 @@ def validation_set(quick: bool) -> dict[str, Graph]:
     return graphs
 
 
+def coverage(graphs: dict[str, Graph], cost: CalibratedCost, device: str) -> dict[str, float]:
+    """Per graph, the share of its ops timed from ops of the same signature measured
+    inside calibration's models at other batch sizes."""
+    from hwmodels.cost import op_batch
+
+    out = {}
+    for name, g in graphs.items():
+        ops = [op for op in g if op.op_class != "source"]
+        tabled = sum(cost.source(op, device, op_batch(op, g)) == "shape table" for op in ops)
+        out[name] = tabled / len(ops)
+    return out
+
+
 def summary(df, label: str, prefix: str = "") -> list[str]:
     """One line: the error of the ``<prefix>s`` predictions against the measured runs."""
     from runtime.validate import order_kept
@@ -84,18 +98,21 @@ def summary(df, label: str, prefix: str = "") -> list[str]:
     ranked = sum(1 for _, g in by_graph if order_kept(
         list(g[f"{prefix}s"]), list(g["measured_min_s"]), list(g["measured_max_s"])))
     ops = f"{df['op_error_median'].median():.1%}" if prefix == "predicted_" else "-"
-    return [f"| {label} | {errors.median():.1%} | {errors.quantile(0.9):.1%} | "
+    return [f"| {label} | {len(df)} | {errors.median():.1%} | {errors.quantile(0.9):.1%} | "
             f"{errors.max():.1%} | {ranked} of {by_graph.ngroups} | {ops} |"]
 
 
 def rows(df) -> list[str]:
-    out = ["| graph | plan | measured ms (min-max) | calibrated ms | error | catalog ms | "
+    out = ["| graph | ops from the shape table | plan | runs | measured ms (min-max) | "
+           "calibrated ms | error | machine slower | error at its speed | catalog ms | "
            "error | op error (median) | memory error | tau |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in df.itertuples():
-        out.append(f"| {r.graph} | {r.policy} | {r.measured_s * 1e3:.2f} "
+        out.append(f"| {r.graph} | {r.tabled:.0%} | {r.policy} | {r.repeats} | "
+                   f"{r.measured_s * 1e3:.2f} "
                    f"({r.measured_min_s * 1e3:.2f}-{r.measured_max_s * 1e3:.2f}) | "
-                   f"{r.predicted_s * 1e3:.2f} | {r.error:+.1%} | "
+                   f"{r.predicted_s * 1e3:.2f} | {r.error:+.1%} | {r.slower:.2f}x | "
+                   f"{r.error_at_speed:+.1%} | "
                    f"{r.catalog_s * 1e3:.2f} | {r.catalog_error:+.1%} | "
                    f"{r.op_error_median:.1%} | {r.memory_error_max or 0:.1%} | "
                    f"{r.rank_tau:.2f} |")
@@ -106,6 +123,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--min-seconds", type=float, default=0.5,
+                        help="run a short plan more often, to this much time in all")
     parser.add_argument("--out")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
@@ -115,16 +134,39 @@ def main() -> None:
     report = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     graphs = validation_set(args.quick)
     engine = NumpyEngine(devices=2, calibration=calibration)
+    import tomllib
+
+    from runtime.microbench import reference_seconds
+
+    then = tomllib.loads(calibration.read_text())["run"]["reference_ms"] / 1e3
     calibrated = validate(engine, graphs, POLICIES, repeats=args.repeats,
-                          baselines={"catalog": CatalogCost(engine.cluster())})
+                          baselines={"catalog": CatalogCost(engine.cluster())},
+                          min_seconds=args.min_seconds,
+                          speed=lambda: reference_seconds(engine) / then)
+    share = coverage(graphs, CalibratedCost(engine.cluster(), calibration), engine.devices[0])
+    calibrated["tabled"] = calibrated["graph"].map(share)
+    calibrated["at_speed_s"] = calibrated["predicted_s"] * calibrated["slower"]
+    one = calibrated[calibrated["policy"] == "single_device"]
+    unseen = calibrated[calibrated["tabled"] == 0]
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python benchmarks/validation.py{' --quick' if args.quick else ''} "
-             f"--repeats {args.repeats}", "", "calibration (`placelab calibrate --devices 2"
+             f"--repeats {args.repeats} --min-seconds {args.min_seconds:g}", "",
+             "calibration (`placelab calibrate --devices 2"
              f"{' --quick' if args.quick else ''}`):", "", "```", report.strip(), "```", "",
-             "| model | median abs error | p90 | worst | plans ordered as measured | "
-             "op error (median) |", "|---|---:|---:|---:|---:|---:|",
-             *summary(calibrated, "calibrated", "predicted_"),
+             "| model | runs | median abs error | p90 | worst | plans ordered as measured | "
+             "op error (median) |", "|---|---:|---:|---:|---:|---:|---:|",
+             *summary(calibrated, "calibrated, every plan", "predicted_"),
+             *summary(one, "calibrated, one device", "predicted_"),
+             *summary(unseen, "calibrated, graphs with no op in the shape table",
+                      "predicted_"),
+             *summary(calibrated, "calibrated, every plan, scaled by the machine's speed",
+                      "at_speed_"),
              *summary(calibrated, "catalog CPU, uncalibrated", "catalog_"), "",
+             f"the machine ran the reference graph {calibrated['slower'].min():.2f}x to "
+             f"{calibrated['slower'].max():.2f}x as slowly as at calibration (median "
+             f"{calibrated['slower'].median():.2f}x); the calibrated predictions scaled by "
+             f"it: median error {calibrated['error_at_speed'].abs().median():.1%}, worst "
+             f"{calibrated['error_at_speed'].abs().max():.1%}", "",
              f"peak memory, simulated against measured: worst relative gap "
              f"{calibrated['memory_error_max'].fillna(0).max():.1%} over every device of "
              f"every run", "", *rows(calibrated)]

@@ -7,6 +7,7 @@ with status 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -84,6 +85,17 @@ def _int_at_least(minimum: int) -> Callable[[str], int]:
 
 
 _positive_int, _nonnegative_int = _int_at_least(1), _int_at_least(0)
+
+
+def _nonnegative_float(text: str) -> float:
+    """An argparse type: a finite number >= 0 (NaN and infinity refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,6 +257,8 @@ def _add_run_commands(sub: Any) -> None:
                    help="the plans of each graph (default: single_device,heft,round_robin)")
     p.add_argument("--batch", type=_positive_int, default=1)
     p.add_argument("--repeats", type=_positive_int, default=5)
+    p.add_argument("--min-seconds", type=_nonnegative_float, default=0.5,
+                   help="run a short plan more often, to this much time in all (default 0.5)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--out", help="results table (.parquet, or .csv)")
     p.add_argument("--plot", help="predicted vs measured (.png or .svg)")

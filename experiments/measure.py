@@ -45,6 +45,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     from runtime.microbench import (
         benchmark_cases,
         calibration_graphs,
+        reference_seconds,
         time_copies,
         time_graphs,
         time_ops,
@@ -61,6 +62,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                                     progress=_progress(args, "running models"))
     shapes = shape_table(in_graphs)
     start = statistics.median(starts) if starts else 0.0
+    reference = reference_seconds(engine)
     # the roofline fits ops as measured alone; weights evicted are the per-kind models'
     fit = fit_samples([s for s in samples if not s.features or not s.features[-1]],
                       buckets=3 if args.quick else 4)
@@ -72,7 +74,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              devices=engine.devices, memory_bytes=spec.memory_bytes,
                              threads=getattr(engine, "threads", 1), fit=fit, link=link,
                              samples=len(samples) + len(copies), kinds=kinds,
-                             link_dispatch_s=dispatch, shapes=shapes, start_s=start)
+                             link_dispatch_s=dispatch, shapes=shapes, start_s=start,
+                             reference_s=reference)
     if args.plot:
         _plot_fit(samples, fit, kinds, args.plot)
     data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),
@@ -82,6 +85,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "not_fitted_within_10pct": fit.poorly_fitted,
             "kinds": {k: v.quality for k, v in kinds.items()},
             "signatures": len(shapes), "run_start_us": start * 1e6,
+            "reference_ms": reference * 1e3,
             "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
                                                "latency_us": link.latency_s * 1e6,
                                                "fit": link.quality}}
@@ -110,7 +114,8 @@ def _calibration_text(d: dict[str, Any]) -> str:
                          f"({q['samples']} ops)")
     lines.append(f"  {d['signatures']} op signatures timed inside whole zoo models at two "
                  f"batch sizes (interpolated in batch for ops of the same signature); "
-                 f"{d['run_start_us']:.1f} us before a run's first op")
+                 f"{d['run_start_us']:.1f} us before a run's first op; reference graph "
+                 f"(ResNet-50, batch 1) {d['reference_ms']:.1f} ms")
     if d["plot"]:
         lines.append(f"  plot {d['plot']}")
     return "\n".join(lines)
@@ -168,6 +173,7 @@ def validation_graphs(models: list[str], files: list[str], batch: int) -> dict[s
 def cmd_validate(args: argparse.Namespace) -> None:
     from experiments.results import write_results
     from runtime.engine import NumpyEngine
+    from runtime.microbench import reference_seconds
     from runtime.validate import validate
 
     if args.engine != "cpu":
@@ -179,8 +185,11 @@ def cmd_validate(args: argparse.Namespace) -> None:
                                args.graph or [], args.batch)
     if not graphs:
         raise PlacelabError("validate: expected --models or --graph, got neither")
+    then = _reference_s(args.device)
     df = validate(engine, graphs, split(args.policies, "policies"), repeats=args.repeats,
-                  warmup=args.warmup, progress=_progress(args, "running plans"))
+                  warmup=args.warmup, progress=_progress(args, "running plans"),
+                  min_seconds=args.min_seconds,
+                  speed=(lambda: reference_seconds(engine) / then) if then else None)
     if args.out:
         write_results(df, args.out)
     if args.plot:
@@ -188,13 +197,32 @@ def cmd_validate(args: argparse.Namespace) -> None:
     data = {"cluster": engine.cluster().name, "rows": df.to_dict(orient="records"),
             "median_abs_error": float(df["error"].abs().median()),
             "max_abs_error": float(df["error"].abs().max()), "out": args.out,
-            "plot": args.plot}
+            "plot": args.plot,
+            "machine_slower": None if not then else float(df["slower"].median())}
     emit(args, data, _validation_text(df, data))
+
+
+def _reference_s(path: str | None) -> float:
+    """The reference graph's time recorded at calibration (0 where none was)."""
+    if not path:
+        return 0.0
+    from hwmodels.schema import HardwareDocument
+    from workloads.errors import HardwareSpecError
+    from workloads.io import read_text
+    from workloads.schema import load_toml
+    from workloads.schema import validate as check
+
+    doc = check(HardwareDocument, load_toml(read_text(path, HardwareSpecError, "hardware file"),
+                                            source=path, error=HardwareSpecError),
+                source=path, error=HardwareSpecError)
+    return doc.run.reference_ms / 1e3 if doc.run else 0.0
 
 
 def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
     lines = [f"validation on {data['cluster']}: median |error| "
-             f"{data['median_abs_error']:.1%}, worst {data['max_abs_error']:.1%}",
+             f"{data['median_abs_error']:.1%}, worst {data['max_abs_error']:.1%}"
+             + (f" (the machine ran {data['machine_slower']:.2f}x as slowly as at "
+                f"calibration)" if data["machine_slower"] else ""),
              f"  {'graph':<28} {'policy':<14} {'measured ms':>11} {'predicted ms':>12} "
              f"{'error':>7} {'op err':>7} {'mem err':>7} {'tau':>5}"]
     for r in df.itertuples():

@@ -338,6 +338,17 @@ class CalibratedCost(RooflineCost):
     def op_time(self, op: Op, device: str) -> float:
         return self._time(op, device, 0, op_batch(op))
 
+    def source(self, op: Op, device: str, batch: int) -> str:
+        """Which model times ``op`` on ``device`` at ``batch``: ``"shape table"``,
+        ``"kind model"`` or ``"roofline"``."""
+        model = self.spec(device).model
+        measured = self._shapes.get((model, op_signature(op, batch)))
+        if measured is not None and (len(measured[0]) > 1 or batch in measured[0]):
+            return "shape table"
+        if (model, kind_key(op)) in self._kinds and op.dtype == "fp32":
+            return "kind model"
+        return "roofline"
+
     def _time(self, op: Op, device: str, cold_bytes: int, batch: int) -> float:
         model = self.spec(device).model
         if self._shapes:

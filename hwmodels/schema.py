@@ -110,6 +110,8 @@ class RunTable(Schema):
 
     #: From a run's start to its first op's (waking the device's worker).
     start_us: NonNegative = 0.0
+    #: A reference graph's time at calibration (runtime.microbench.reference_seconds).
+    reference_ms: NonNegative = 0.0
 
 
 class HardwareDocument(Schema):

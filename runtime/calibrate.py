@@ -315,7 +315,7 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
                       samples: int, kinds: dict[str, KindFit] | None = None,
                       link_dispatch_s: float = 0.0,
                       shapes: dict[tuple[str, str], dict[int, float]] | None = None,
-                      start_s: float = 0.0) -> Path:
+                      start_s: float = 0.0, reference_s: float = 0.0) -> Path:
     """Write the fitted device (catalog model ``model``), the engine's cluster of it and
     the per-kind models as a hardware TOML that ``placelab hw register`` accepts and the
     ``calibrated`` cost model reads; return the path. ``link_dispatch_s``, the executor's
@@ -354,8 +354,8 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
             "cache_mib": k.cache_bytes / 2**20, "median_error": round(k.quality["median"], 4),
             "p90_error": round(k.quality["p90"], 4), "samples": int(k.quality["samples"])}
             for k in kinds.values()]
-    if start_s:
-        data["run"] = {"start_us": start_s * 1e6}
+    if start_s or reference_s:
+        data["run"] = {"start_us": start_s * 1e6, "reference_ms": reference_s * 1e3}
     if shapes:
         data["measured_shape"] = [{
             "model": model, "kind": kind, "signature": signature,

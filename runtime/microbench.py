@@ -14,6 +14,7 @@ shapes calibration never timed.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -28,7 +29,7 @@ from workloads.graph import Graph
 from workloads.op import Op
 
 __all__ = ["Case", "Sample", "ShapeSample", "benchmark_cases", "calibration_graphs",
-           "median_time", "time_copies", "time_graphs", "time_ops"]
+           "median_time", "reference_seconds", "time_copies", "time_graphs", "time_ops"]
 
 
 @dataclass(frozen=True)
@@ -249,8 +250,9 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
                 seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter
                 ) -> tuple[list[ShapeSample], list[float]]:
     """Run each graph on the engine's first device and record how long each op kept the
-    device busy (the median over ``repeats``), under its signature and batch; and each
-    run's delay before its first op."""
+    device busy (the median over ``repeats``, more for a short graph: at least half a
+    second of runs, at most 200), under its signature and batch; and each run's delay
+    before its first op."""
     from hwmodels.cost import op_batch, op_signature
     from policies.plans import Plan
     from runtime.executor import execute
@@ -261,7 +263,9 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
         order = graph.topological_order()
         plan = Plan(graph, dict.fromkeys(order, device), {device: order},
                     cluster=cluster.name, cluster_hash=cluster.definition_hash)
-        run = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+        probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
+        runs = max(repeats, min(200, math.ceil(0.5 / max(probe, 1e-6))))
+        run = execute(plan, engine, warmup=0, repeats=runs, seed=seed)
         for op in graph:
             if op.op_class != "source" and op.name in run.op_busy_s:
                 batch = op_batch(op, graph)
@@ -269,6 +273,21 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
                                            run.op_busy_s[op.name]))
         starts.append(float(run.trace["start_s"].min()))
     return samples, starts
+
+
+def reference_seconds(engine: Engine, repeats: int = 3) -> float:
+    """The fastest of ``repeats`` runs of a fixed reference graph (ResNet-50's forward
+    pass at batch 1) on the engine's first device: the machine's speed now, to compare
+    with its speed when it was calibrated (a shared machine's speed drifts)."""
+    from policies.plans import Plan
+    from runtime.executor import execute
+    from workloads.zoo import build_model
+
+    graph, device, cluster = build_model("resnet50"), engine.devices[0], engine.cluster()
+    order = graph.topological_order()
+    plan = Plan(graph, dict.fromkeys(order, device), {device: order},
+                cluster=cluster.name, cluster_hash=cluster.definition_hash)
+    return min(execute(plan, engine, warmup=1, repeats=repeats).makespans_s)
 
 
 def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:

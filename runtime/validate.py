@@ -86,11 +86,15 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
 
 
 def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmup: int,
-         seed: int, baselines: Mapping[str, CostModel]) -> dict[str, Any]:
+         seed: int, baselines: Mapping[str, CostModel], min_seconds: float,
+         speed: Callable[[], float] | None) -> dict[str, Any]:
     from runtime.executor import execute
     from sim.engine import simulate
 
     cluster = engine.cluster()
+    if min_seconds > 0:  # a short step runs more often, to the same total time
+        probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
+        repeats = max(repeats, min(500, math.ceil(min_seconds / max(probe, 1e-6))))
     measured = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
     predicted = simulate(plan, cluster, engine_cost(engine))
     others: dict[str, float] = {}
@@ -98,6 +102,7 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
         seconds = simulate(plan, cluster, cost).makespan_s
         others |= {f"{name}_s": seconds, f"{name}_error": seconds / measured.makespan_s - 1}
     errors = op_errors(measured.op_busy_s, predicted.trace)
+    slower = speed() if speed is not None else None
     memory = [abs(predicted.peak_memory_bytes[d] / measured.peak_memory_bytes[d] - 1)
               for d in engine.devices if measured.peak_memory_bytes[d] > 0]
     low, high = measured.spread_s
@@ -105,8 +110,12 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
         "graph": graph, "policy": policy, "cluster": cluster.name,
         "devices_used": len(set(plan.placement.values())),
         "measured_s": measured.makespan_s, "measured_min_s": low, "measured_max_s": high,
+        "repeats": len(measured.makespans_s),
         "predicted_s": predicted.makespan_s,
         "error": predicted.makespan_s / measured.makespan_s - 1,
+        "slower": slower,
+        "error_at_speed": (None if slower is None
+                           else predicted.makespan_s * slower / measured.makespan_s - 1),
         "op_error_median": float(np.median(errors)) if len(errors) else None,
         "op_error_p90": float(np.quantile(errors, 0.9)) if len(errors) else None,
         "measured_peak_bytes": max(measured.peak_memory_bytes.values()),
@@ -117,13 +126,19 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
 
 def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str], *,
              repeats: int = 5, warmup: int = 1, seed: int = 0,
-             baselines: Mapping[str, CostModel] | None = None,
+             baselines: Mapping[str, CostModel] | None = None, min_seconds: float = 0.0,
+             speed: Callable[[], float] | None = None,
              progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
     """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau and
     ``order_kept`` whether the simulator orders no two of its plans against the
     measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
-    runs too: columns ``<name>_s`` and ``<name>_error``."""
+    runs too: columns ``<name>_s`` and ``<name>_error``. A plan whose ``repeats`` take
+    less than ``min_seconds`` runs more times (at most 500), so a short step is measured
+    over as long as a long one; ``repeats`` records how many. ``speed`` (how much slower
+    the machine runs now than when it was calibrated, e.g. a reference graph's time over
+    its time then) is asked after each run: columns ``slower`` and ``error_at_speed``, the
+    error of the prediction scaled by it."""
     import pandas as pd
 
     from policies.base import plan
@@ -132,7 +147,8 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     rows = []
     for name, policy in progress(cases):
         p = plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
-        rows.append(_row(name, policy, engine, p, repeats, warmup, seed, baselines or {}))
+        rows.append(_row(name, policy, engine, p, repeats, warmup, seed, baselines or {},
+                         min_seconds, speed))
     df = pd.DataFrame(rows)
     groups = df.groupby("graph", sort=False)
     df["rank_tau"] = df["graph"].map({name: rank_agreement(list(g["predicted_s"]),
