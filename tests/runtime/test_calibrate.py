@@ -150,11 +150,18 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["samples"] > 50 and data["peak_gflops"] > 0 and data["link"]
+    assert data["signatures"] > 0 and data["reference_ms"] > 0
     assert main(["validate", "--device", str(out), "--models", "mlp", "--repeats", "1",
-                 "--policies", "single_device,round_robin", "--json"]) == 0
+                 "--min-seconds", "0.05", "--policies", "single_device,round_robin",
+                 "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in report["rows"]] == ["single_device", "round_robin"]
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
+    for r in report["rows"]:  # runs to 50 ms in all; the prediction at the machine's speed
+        assert r["repeats"] > 1 and r["measured_max_s"] < 0.025  # an MLP step is short
+        assert r["error_at_speed"] == pytest.approx(
+            r["predicted_s"] * r["slower"] / r["measured_s"] - 1)
+    assert report["machine_slower"] > 0
     assert main(["calibrate", "--out", str(tmp_path / "x.txt")]) == 2
     assert "expected a file ending in .toml" in capsys.readouterr().err
 
