@@ -133,13 +133,9 @@ def member_outputs(op: Op, m: int) -> tuple[Tensor, ...]:
 
 def payload_bytes(op: Op) -> int:
     """The bytes one member contributes (a broadcast: the root's), the ``B`` of the
-    algorithms' cost formulas."""
+    algorithms' cost formulas: an all-gather's is what each member ends with."""
+    members = int(op.attrs["members"])
     if op.kind == "broadcast":
-        return sum(t.nbytes for t in op.outputs) // int(op.attrs["members"])
-    k = _per_member(op, op.outputs, "outputs")
-    # an all-gather's payload is what each member ends with; the others' what they bring
-    tensors = op.outputs[:k] if op.kind == "all_gather" else None
-    if tensors is not None:
-        return sum(t.nbytes for t in tensors)
-    return sum(t.nbytes for t in op.outputs[:k]) * (
-        int(op.attrs["members"]) if op.kind == "reduce_scatter" else 1)
+        return sum(t.nbytes for t in op.outputs) // members
+    first = sum(t.nbytes for t in member_outputs(op, 0))
+    return first * members if op.kind == "reduce_scatter" else first
