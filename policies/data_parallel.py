@@ -29,7 +29,14 @@ from dataclasses import replace
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.parallel import copied_layout, copy_ops, device_names, insert_after, micro_step
+from policies.parallel import (
+    communication_first,
+    copied_layout,
+    copy_ops,
+    device_names,
+    insert_after,
+    micro_step,
+)
 from policies.plans import Plan
 from workloads.collectives import collective
 from workloads.errors import PlacementError
@@ -118,10 +125,7 @@ def replicate(inner: Plan, cluster: Cluster, *, replicas: int,
     graph = Graph(f"{inner.graph.name}.dp{replicas}", ops,
                   meta={**meta, "batch": int(meta.get("batch", 1)) * replicas,
                         "replicas": replicas, "bucket_bytes": bucket_bytes})
-    position = {name: i for i, name in enumerate(graph.topological_order())}
-    # communication first whenever it is ready; the rest in one topological order
-    priority = {name: (1.0 if name in groups else 0.0) - position[name] / (len(position) + 1)
-                for name in position}
+    priority = communication_first(graph, set(groups))
     info = {**inner.info, "replicas": replicas, "buckets": len(buckets),
             "bucket_bytes": bucket_bytes, "algorithm": algorithm}
     policy = "data_parallel" + (f"+{inner.policy}" if width > 1 else "")

@@ -35,7 +35,8 @@ from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
 
-__all__ = ["SCHEDULES", "copied_layout", "copy_ops", "device_names", "insert_after",
+__all__ = ["SCHEDULES", "communication_first", "copied_layout", "copy_ops", "device_names",
+           "insert_after",
            "micro_step", "pipeline", "rebuilt", "renamed"]
 
 #: The pipeline schedules :func:`pipeline` knows.
@@ -99,6 +100,14 @@ def copied_layout(inner: Plan, prefix: str, homes: Sequence[Mapping[str, str]]
     order = {home[d]: [f"{prefix}{k}/{n}" for n in o] for k, home in enumerate(homes)
              for d, o in inner.order.items()}
     return placement, groups, order
+
+
+def communication_first(graph: Graph, collectives: set[str]) -> dict[str, float]:
+    """Priorities that start a collective whenever it is ready and the other ops in one
+    topological order."""
+    position = {name: i for i, name in enumerate(graph.topological_order())}
+    return {name: (1.0 if name in collectives else 0.0) - i / (len(position) + 1)
+            for name, i in position.items()}
 
 
 def insert_after(order: list[str], name: str, producers: set[str]) -> None:

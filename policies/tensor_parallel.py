@@ -32,6 +32,7 @@ from hwmodels.spec import Cluster
 from policies.data_parallel import replicate
 from policies.parallel import (
     SCHEDULES,
+    communication_first,
     copied_layout,
     copy_ops,
     device_names,
@@ -172,18 +173,11 @@ def split_ranks(inner: Plan, cluster: Cluster, *, degree: int,
     info = {**inner.info, "tp": degree, "tp_collectives": len(forward) + len(backward)}
     policy = "tensor_parallel" + (f"+{inner.policy}" if width > 1 else "")
     result = Plan(graph, placement, {d: tuple(o) for d, o in order.items()}, policy=policy,
-                  priority=_priority(graph, set(groups)), info=info,
+                  priority=communication_first(graph, set(groups)), info=info,
                   placement_s=inner.placement_s + time.perf_counter() - began,
                   cluster=cluster.name, cluster_hash=cluster.definition_hash,
                   device_groups=groups)
     return result.validate(cluster)
-
-
-def _priority(graph: Graph, collectives: set[str]) -> dict[str, float]:
-    """Collectives first whenever ready; the rest in one topological order."""
-    position = {name: i for i, name in enumerate(graph.topological_order())}
-    return {name: (1.0 if name in collectives else 0.0) - i / (len(position) + 1)
-            for name, i in position.items()}
 
 
 def tensor_parallel(forward: Graph, cluster: Cluster, cost: CostModel, *, degree: int,
@@ -241,7 +235,7 @@ def parallelize(forward: Graph, cluster: Cluster, cost: CostModel, *, dp: int = 
         step = micro_step(local, 1, optimizer)
         inner = Plan(step, dict.fromkeys(step.names, stage_devices[0]),
                      {stage_devices[0]: step.topological_order()}, policy="single_device",
-                     priority=_priority(step, set()))
+                     priority=communication_first(step, set()))
     if tp > 1:
         inner = split_ranks(inner, cluster, degree=tp, devices=names[:pp * tp])
     if dp > 1:
