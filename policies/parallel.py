@@ -243,7 +243,7 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
         raise PlacementError(f"pipeline: microbatches must be >= 1, got {microbatches}")
     began = time.perf_counter()
     step = micro_step(forward, microbatches, optimizer)
-    stage_of = _stages(step, cluster, cost, names)
+    stage_of = _stages(step, cluster, cost, names, microbatches)
     ops, origin = _copies(step, microbatches)
     graph = Graph(f"{step.name}.pp{stages}x{microbatches}", ops,
                   meta={**step.meta, "batch": forward.meta["batch"], "stages": stages,
@@ -259,13 +259,14 @@ def pipeline(forward: Graph, cluster: Cluster, cost: CostModel, *, stages: int,
     return result.validate(cluster)
 
 
-def _stages(step: Graph, cluster: Cluster, cost: CostModel,
-            names: list[str]) -> dict[str, str]:
+def _stages(step: Graph, cluster: Cluster, cost: CostModel, names: list[str],
+            microbatches: int) -> dict[str, str]:
     """Each op of the micro-batch step on its stage's device: the ``pipeline`` policy's
-    contiguous stages over ``names`` (cost times taken on the full cluster)."""
+    contiguous stages over ``names`` (cost times taken on the full cluster; weights and
+    gradients crossing a cut once per step, not per micro-batch)."""
     if len(names) == 1:
         return dict.fromkeys(step.names, names[0])
     others = [d for d in cluster.device_names if d not in names]
     sub = cluster.without(*others) if others else cluster
     # the devices keep their names and speeds: the full cluster's cost model times them
-    return dict(Pipeline().place(step, sub, cost).devices)
+    return dict(Pipeline(microbatches=microbatches).place(step, sub, cost).devices)

@@ -30,10 +30,14 @@ class Pipeline(PlacementPolicy):
     memory_aware = True
 
     params = (Param("max_blocks", "int", 2000, minimum=1,
-                    doc="blocks of consecutive ops the stages are cut from"),)
+                    doc="blocks of consecutive ops the stages are cut from"),
+              Param("microbatches", "int", 1, minimum=1,
+                    doc="micro-batches the graph (one of them) runs per step: weights and "
+                        "gradients cross a cut once per step, so count 1/microbatches"))
 
-    def __init__(self, max_blocks: int = 2000) -> None:
+    def __init__(self, max_blocks: int = 2000, microbatches: int = 1) -> None:
         self.max_blocks = self.checked("max_blocks", max_blocks)
+        self.microbatches = self.checked("microbatches", microbatches)
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
@@ -47,7 +51,7 @@ class Pipeline(PlacementPolicy):
         times = np.vstack([np.zeros(len(p.devices)),
                            np.cumsum(p.node_times[units], axis=0)])[bounds]
         memory = np.concatenate([[0], np.cumsum(memory_of[units])])[bounds]
-        crossing = _crossing_bytes(p, slot)[bounds]
+        crossing = _crossing_bytes(p, slot, _per_step(graph, p, self.microbatches))[bounds]
         cuts = self._solve(p, times, memory, crossing)
         stage = [0] * m
         for k in range(len(p.devices)):
@@ -95,9 +99,26 @@ class Pipeline(PlacementPolicy):
                          for b in crossing])
 
 
-def _crossing_bytes(p: Problem, slot: dict[int, int]) -> np.ndarray:
-    """``out[k]``: bytes of tensors whose producer and readers lie on both sides of the cut
-    before unit ``k`` (an op's unit: its group's lead)."""
+def _per_step(graph: Graph, p: Problem, microbatches: int) -> np.ndarray:
+    """Each tensor's share of its bytes that crosses a cut per micro-batch: ``1 /
+    microbatches`` for weights (a ``parameter`` op's) and what an update reads (gradients),
+    which cross once per step; 1 for the rest."""
+    share = np.ones(len(p.tensor_bytes))
+    if microbatches == 1:
+        return share
+    index = {name: t for t, name in enumerate(p.tensor_names)}
+    for op in graph:
+        names = [t.name for t in op.outputs] if op.kind == "parameter" else \
+            list(op.inputs) if op.kind.endswith("_update") else []
+        for name in names:
+            share[index[name]] = 1 / microbatches
+    return share
+
+
+def _crossing_bytes(p: Problem, slot: dict[int, int], share: np.ndarray) -> np.ndarray:
+    """``out[k]``: bytes (times their per-micro-batch ``share``) of tensors whose producer
+    and readers lie on both sides of the cut before unit ``k`` (an op's unit: its group's
+    lead)."""
     m = len(slot)
     delta = np.zeros(m + 2)
     span: dict[int, tuple[int, int]] = {}
@@ -108,6 +129,6 @@ def _crossing_bytes(p: Problem, slot: dict[int, int]) -> np.ndarray:
             span[t] = (min(lo, a, b), max(hi, a, b))
     for t, (lo, hi) in span.items():
         if lo < hi:
-            delta[lo + 1] += p.tensor_bytes[t]
-            delta[hi + 1] -= p.tensor_bytes[t]
+            delta[lo + 1] += p.tensor_bytes[t] * share[t]
+            delta[hi + 1] -= p.tensor_bytes[t] * share[t]
     return np.cumsum(delta)[: m + 1]

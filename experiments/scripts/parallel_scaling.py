@@ -19,7 +19,8 @@ Part 3 (strategies): on four DGX H100 nodes (``dgx-h100-x4-ib``, 32 GPUs, NVLink
 node, 400 Gb/s InfiniBand across), a fixed global batch per model (strong scaling), every
 strategy that applies at 1, 2, 4, 8, 16 and 32 GPUs: data parallelism (dp), tensor
 parallelism (tp, at most 4: GPT-2 and BERT have 12 heads, and one node), a pipeline (pp,
-1F1B, four micro-batches per stage), and the hybrids dp x tp, dp x pp, dp x pp x tp;
+1F1B, four micro-batches per stage or one sample each; GPT-2's tied embedding crosses its
+stages once per step), and the hybrids dp x tp, dp x pp, dp x pp x tp;
 data parallelism across nodes also with the hierarchical all-reduce. Per run: the step,
 throughput, efficiency (throughput over ``n`` times one GPU's), the bytes collectives
 moved and the share of the step the busiest device spent not computing (communication it
@@ -62,9 +63,9 @@ def strategies(model: str, n: int) -> list[tuple[str, int, int, int]]:
         out.append(("tp", 1, 1, n))
     if n >= 8:
         out.append(("dp x tp", n // 4, 1, 4))
-    if model == "bert_base" and n in (2, 4, 8):
+    if n in (2, 4, 8):
         out.append(("pp", 1, n, 1))
-    if model == "bert_base" and n >= 8:
+    if n >= 8:
         out.append(("dp x pp", n // 4, 4, 1))
     if n >= 16:
         out.append(("dp x pp x tp", n // 16, 4, 4))
@@ -83,8 +84,9 @@ def run(cluster_name: str, model: str, batch: int, seq_len: int | None, dtype: s
     cluster = get_cluster(cluster_name)
     cost = make_cost_model("roofline", cluster)
     forward = build_model(model, batch=batch, seq_len=seq_len, dtype=dtype)
-    p = parallelize(forward, cluster, cost, dp=dp, pp=pp, tp=tp, microbatches=4 * pp
-                    if pp > 1 else 1, algorithm=algorithm,
+    microbatches = min(4 * pp, batch // dp) if pp > 1 else 1  # at most one sample each
+    p = parallelize(forward, cluster, cost, dp=dp, pp=pp, tp=tp, microbatches=microbatches,
+                    algorithm=algorithm,
                     bucket_bytes=int(bucket_mib * 2**20))
     r = simulate(p, cluster, cost, links="fair", order="plan" if pp > 1 else "priority")
     trace = r.trace

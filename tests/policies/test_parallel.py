@@ -183,3 +183,43 @@ def test_data_parallel_overlaps_the_all_reduce_with_the_backward_pass() -> None:
     # a bucket per gradient: each all-reduce hides behind the next layer's backward (it
     # takes 0.025 s against 2 s) but the last (the first layer's gradient)
     assert times[20_000] == pytest.approx(compute + ring, rel=1e-9)
+
+
+def _tied(batch: int = 1, dtype: str = "fp32") -> Graph:
+    """Eight layers and a head that shares the first layer's weights (as GPT-2's head
+    shares the token embedding)."""
+    b = GraphBuilder("tied8")
+    x = b.input((batch, WIDTH))
+    for i in range(LAYERS):
+        x = b.linear(x, WIDTH, bias=False, name=f"fc{i}")
+    b.add_op("linear", "matmul", (x,), (batch, WIDTH), name="head",
+             flops=2 * batch * WIDTH * WIDTH,
+             attrs={"in_features": WIDTH, "out_features": WIDTH, "bias": False,
+                    "shares": "fc0"})
+    return b.build()
+
+
+def test_tied_weights_cross_a_stage_cut_once_per_step_not_per_micro_batch() -> None:
+    from policies.parallel import micro_step
+    from policies.pipeline import Pipeline
+
+    register_model("tied8", _tied)
+    try:
+        # nine 3 s layers; the shared weights and the head's gradient of them (32.5 KB with
+        # an activation) cross any cut, at 1.6 KB/s: 20.3 s. Counted per micro-batch the
+        # best cut is after fc0 (3 + 20.3 against 24 s); once per step of eight, a
+        # balanced one (12 + 2.5 against 15 s)
+        devices = tuple(toy_device(f"d{i}") for i in range(2))
+        cluster = Cluster("slow", devices,
+                          (Link("d0", "d1", WIDTH * WIDTH * 4 / 10, 0.0),))
+        cost = LayerCost(cluster)
+        step = micro_step(build_model("tied8", batch=8), 8, "sgd")
+        layers = [f"fc{i}" for i in range(LAYERS)]
+        whole = Pipeline().place(step, cluster, cost).devices
+        assert [whole[n] for n in layers] == ["d0"] + ["d1"] * 7
+        split = Pipeline(microbatches=8).place(step, cluster, cost).devices
+        assert [split[n] for n in layers] == ["d0"] * 4 + ["d1"] * 4  # 13.5 s each side
+        p = pipeline(build_model("tied8", batch=8), cluster, cost, stages=2, microbatches=8)
+        assert {p.placement[f"mb0/fc{i}"] for i in range(LAYERS)} == {"d0", "d1"}
+    finally:
+        MODELS.unregister("tied8")
