@@ -180,15 +180,13 @@ def check_cost_binding(cost: CostModel, cluster: Cluster, who: str) -> None:
 
 
 def _refuse_collectives(graph: Graph) -> None:
-    from workloads.collectives import COLLECTIVE_KINDS
-
-    for op in graph:
-        if op.kind in COLLECTIVE_KINDS:
-            raise PlacementError(
-                f"plan: graph {graph.name!r}: op {op.name!r} is a collective ({op.kind}): "
-                f"expected ops a policy places on one device; collectives come with their "
-                f"device groups from the parallel transforms (data_parallel, "
-                f"tensor_parallel)")
+    if graph.collectives:
+        op = graph.op(graph.collectives[0])
+        raise PlacementError(
+            f"plan: graph {graph.name!r}: op {op.name!r} is a collective ({op.kind}): "
+            f"expected ops a policy places on one device; collectives come with their "
+            f"device groups from the parallel transforms (data_parallel, "
+            f"tensor_parallel)")
 
 
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,

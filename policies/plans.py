@@ -168,19 +168,18 @@ class Plan:
                                  f"{self.graph.name!r}")
 
     def _check_device_groups(self) -> None:
-        from workloads.collectives import is_collective
-
-        for name in self.graph.names:
+        collectives = set(self.graph.collectives)  # each graph finds them once
+        for name in dict.fromkeys((*self.graph.collectives, *self.device_groups)):
+            if name not in self.graph:
+                continue  # named below
             op = self.graph.op(name)
             group = self.device_groups.get(name)
-            if is_collective(op) != (group is not None):
+            if group is None or name not in collectives:
                 raise PlacementError(
                     f"plan: op {name!r} ({op.kind}) "
                     + ("is a collective: expected a device group for it, got none"
                        if group is None else "is no collective: expected no device group, "
                        f"got {list(group)}"))
-            if group is None:
-                continue
             members = int(op.attrs["members"])
             if len(group) != members or len(set(group)) != members or \
                     self.placement[name] != group[0]:

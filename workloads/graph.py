@@ -319,6 +319,18 @@ class Graph:
         return sum(t.nbytes for t in self._tensors.values()) - self._weight_bytes
 
     @cached_property
+    def collectives(self) -> tuple[str, ...]:
+        """Names of the collective ops (their placement is a device group), graph order.
+
+        >>> from workloads import build_model
+        >>> build_model("mlp").collectives
+        ()
+        """
+        from workloads.collectives import COLLECTIVE_KINDS
+
+        return tuple(op.name for op in self._ops.values() if op.kind in COLLECTIVE_KINDS)
+
+    @cached_property
     def groups(self) -> dict[str, tuple[str, ...]]:
         """Co-placement groups (ops naming the same ``attrs["colocate"]`` must share a
         device): group -> its ops in topological order.
