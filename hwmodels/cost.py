@@ -342,20 +342,28 @@ class CalibratedCost(RooflineCost):
         """Which model times ``op`` on ``device`` at ``batch``: ``"shape table"``,
         ``"kind model"`` or ``"roofline"``."""
         model = self.spec(device).model
-        measured = self._shapes.get((model, op_signature(op, batch)))
-        if measured is not None and (len(measured[0]) > 1 or batch in measured[0]):
+        if self._table(model, op, batch) is not None:
             return "shape table"
         if (model, kind_key(op)) in self._kinds and op.dtype == "fp32":
             return "kind model"
         return "roofline"
 
+    def _table(self, model: str, op: Op, batch: int
+               ) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
+        """The times measured for ``op``'s signature, if they speak for ``batch`` (one
+        batch measured says nothing of another: the per-kind model then)."""
+        if not self._shapes:
+            return None
+        measured = self._shapes.get((model, op_signature(op, batch)))
+        if measured is None or (len(measured[0]) == 1 and batch not in measured[0]):
+            return None
+        return measured
+
     def _time(self, op: Op, device: str, cold_bytes: int, batch: int) -> float:
         model = self.spec(device).model
-        if self._shapes:
-            measured = self._shapes.get((model, op_signature(op, batch)))
-            # one batch measured says nothing of another: the per-kind model then
-            if measured is not None and (len(measured[0]) > 1 or batch in measured[0]):
-                return interpolate(*measured, batch)
+        measured = self._table(model, op, batch)
+        if measured is not None:
+            return interpolate(*measured, batch)
         fit = self._kinds.get((model, kind_key(op)))
         if fit is None or op.dtype != "fp32":
             return super().op_time(op, device)

@@ -28,7 +28,8 @@ from collections.abc import Sequence
 
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from workloads.collectives import member_inputs, member_outputs
+from workloads.collectives import member_inputs, member_outputs, payload_bytes
+from workloads.dtypes import dtype_bytes
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
@@ -124,13 +125,8 @@ def _levels(p: int) -> int:
 
 
 def _elements(op: Op) -> int:
-    """Elements a member brings (an all-gather: what it ends with)."""
-    k = len(member_outputs(op, 0))
-    if op.kind == "all_gather":
-        return sum(t.numel for t in op.outputs[:k])
-    if op.kind == "reduce_scatter":
-        return sum(t.numel for t in op.outputs[:k]) * int(op.attrs["members"])
-    return sum(t.numel for t in op.outputs[:k])
+    """Elements a member brings (an all-gather: what it ends with): its payload."""
+    return payload_bytes(op) // dtype_bytes(op.outputs[0].dtype)
 
 
 def _nodes(op: Op, group: Sequence[str], cluster: Cluster) -> list[list[int]]:
