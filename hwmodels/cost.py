@@ -247,7 +247,8 @@ def op_signature(op: Op, batch: int) -> str:
     """What ops that cost the same at every batch size share: the kind, dtype, output
     shapes (a leading dimension equal to ``batch`` left out), weight bytes, FLOPs per
     output element and window elements per batch element where they scale with the
-    batch, and the attributes a kernel reads.
+    batch, the bytes written where the output is not batched (optimizer updates differ
+    in nothing else), and the attributes a kernel reads.
 
     >>> from workloads import build_model
     >>> a, b = (build_model("lenet5", batch=n).op("c3") for n in (2, 16))
@@ -259,10 +260,12 @@ def op_signature(op: Op, batch: int) -> str:
     shapes = [["B", *t.shape[1:]] if t.shape[:1] == (batch,) else list(t.shape)
               for t in op.outputs]
     batched = bool(op.outputs) and op.outputs[0].shape[:1] == (batch,)
-    per_element = (round(op.flops / op.outputs[0].numel, 3) if batched else None)
+    # FLOPs per output element where they scale with the batch; else the bytes written,
+    # which do not (an optimizer update writes the weights it updates in place)
+    work = round(op.flops / op.outputs[0].numel, 3) if batched else op.bytes_written
     elements, _ = window_work(op)
     attrs = {k: op.attrs[k] for k in _KERNEL_ATTRS if k in op.attrs}
-    return json.dumps([kind_key(op), op.dtype, shapes, op.param_bytes, per_element,
+    return json.dumps([kind_key(op), op.dtype, shapes, op.param_bytes, work,
                        elements // batch, attrs], separators=(",", ":"), default=list)
 
 

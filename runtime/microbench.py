@@ -354,8 +354,9 @@ def time_copies(engine: Engine, *, quick: bool = False, warmup: int = 2, repeats
                 ) -> list[Sample]:
     """Transfers as plans see them: chains of ops alternating between the first two
     logical devices, 1 KiB to 64 MiB per tensor; a sample is the time from the producer's
-    end to the reader's start (the copy and the executor's hand-offs). None on an engine of
-    one device."""
+    end to the reader's start (the copy and the executor's hand-offs), taken in every
+    measured repeat (a hand-off's wake-up varies from one to the next). None on an engine
+    of one device."""
     from policies.plans import Plan
     from runtime.executor import execute
 
@@ -374,10 +375,11 @@ def time_copies(engine: Engine, *, quick: bool = False, warmup: int = 2, repeats
         where = {name: pair[i % 2] for i, name in enumerate(order)}
         plan = Plan(g, where, {d: [o for o in order if where[o] == d] for d in pair},
                     cluster=engine.cluster().name, cluster_hash=engine.cluster().definition_hash)
-        trace = execute(plan, engine, warmup=warmup, repeats=repeats).trace
-        ops = trace[trace["kind"] == "compute"].set_index("name")
-        for producer, reader in itertools.pairwise(order):
-            if producer in ops.index and reader in ops.index:
-                wait = ops.loc[reader, "start_s"] - ops.loc[producer, "end_s"]
-                samples.append(Sample(f"copy {n}", "copy", 0.0, float(n), float(wait)))
+        execute(plan, engine, warmup=warmup, repeats=1)
+        for _ in range(repeats):
+            trace = execute(plan, engine, warmup=0, repeats=1).trace
+            ops = trace[trace["kind"] == "compute"].set_index("name")
+            samples += [Sample(f"copy {n}", "copy", 0.0, float(n), float(
+                ops.loc[reader, "start_s"] - ops.loc[producer, "end_s"]))
+                for producer, reader in itertools.pairwise(order)]
     return samples

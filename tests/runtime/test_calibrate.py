@@ -205,6 +205,8 @@ def test_an_op_keeps_its_signature_at_every_batch(small: int, large: int) -> Non
         assert op_signature(op, small) == op_signature(other, large)
     convs = [op_signature(a.op(n), small) for n in ("c1", "c3", "c5", "f6")]
     assert len(set(convs)) == 4  # different layers never share one
+    updates = [op_signature(op, small) for op in a if op.kind == "sgd_update"]
+    assert len(updates) == 5 and len(set(updates)) == 5  # nor do their updates
 
 
 def test_measured_shapes_are_interpolated_in_batch_and_a_run_start_is_charged_once(
