@@ -4,7 +4,8 @@ sizes, two training steps, an imported ONNX model and a graph built with the pub
 API — under three plans each (one device, HEFT's split, round robin's bad split), for real
 and simulated, with the calibrated model and with the uncalibrated catalog CPU.
 
-    python benchmarks/validation.py [--quick] [--repeats 7] [--min-seconds 0.5] [--out F]
+    python benchmarks/validation.py [--quick] [--repeats 7] [--min-seconds 0.5] [--rounds 3]
+                                    [--out F]
 """
 
 from __future__ import annotations
@@ -104,13 +105,14 @@ def summary(df, label: str, prefix: str = "") -> list[str]:
 
 def rows(df) -> list[str]:
     out = ["| graph | ops from the shape table | plan | runs | measured ms (min-max) | "
-           "calibrated ms | error | machine slower | error at its speed | catalog ms | "
-           "error | op error (median) | memory error | tau |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "turns differ | calibrated ms | error | machine slower | error at its speed | "
+           "catalog ms | error | op error (median) | memory error | tau |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in df.itertuples():
         out.append(f"| {r.graph} | {r.tabled:.0%} | {r.policy} | {r.repeats} | "
                    f"{r.measured_s * 1e3:.2f} "
                    f"({r.measured_min_s * 1e3:.2f}-{r.measured_max_s * 1e3:.2f}) | "
+                   f"{r.round_spread:.1%} | "
                    f"{r.predicted_s * 1e3:.2f} | {r.error:+.1%} | {r.slower:.2f}x | "
                    f"{r.error_at_speed:+.1%} | "
                    f"{r.catalog_s * 1e3:.2f} | {r.catalog_error:+.1%} | "
@@ -125,6 +127,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--min-seconds", type=float, default=0.5,
                         help="run a short plan more often, to this much time in all")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run each graph's plans in this many turns")
     parser.add_argument("--out")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
@@ -141,7 +145,7 @@ def main() -> None:
     then = tomllib.loads(calibration.read_text())["run"]["reference_ms"] / 1e3
     calibrated = validate(engine, graphs, POLICIES, repeats=args.repeats,
                           baselines={"catalog": CatalogCost(engine.cluster())},
-                          min_seconds=args.min_seconds,
+                          min_seconds=args.min_seconds, rounds=args.rounds,
                           speed=lambda: reference_seconds(engine) / then)
     share = coverage(graphs, CalibratedCost(engine.cluster(), calibration), engine.devices[0])
     calibrated["tabled"] = calibrated["graph"].map(share)
@@ -150,7 +154,8 @@ def main() -> None:
     unseen = calibrated[calibrated["tabled"] == 0]
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python benchmarks/validation.py{' --quick' if args.quick else ''} "
-             f"--repeats {args.repeats} --min-seconds {args.min_seconds:g}", "",
+             f"--repeats {args.repeats} --min-seconds {args.min_seconds:g} "
+             f"--rounds {args.rounds}", "",
              "calibration (`placelab calibrate --devices 2"
              f"{' --quick' if args.quick else ''}`):", "", "```", report.strip(), "```", "",
              "| model | runs | median abs error | p90 | worst | plans ordered as measured | "
@@ -167,6 +172,10 @@ def main() -> None:
              f"{calibrated['slower'].median():.2f}x); the calibrated predictions scaled by "
              f"it: median error {calibrated['error_at_speed'].abs().median():.1%}, worst "
              f"{calibrated['error_at_speed'].abs().max():.1%}", "",
+             f"each graph's plans ran in {args.rounds} turns; one plan's turns differ by "
+             f"{calibrated['round_spread'].median():.1%} (median over plans), worst "
+             f"{calibrated['round_spread'].max():.1%}: the machine's own noise over the "
+             f"minutes a graph takes", "",
              f"peak memory, simulated against measured: worst relative gap "
              f"{calibrated['memory_error_max'].fillna(0).max():.1%} over every device of "
              f"every run", "", *rows(calibrated)]

@@ -260,6 +260,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--min-seconds", type=_nonnegative_float, default=0.5,
                    help="run a short plan more often, to this much time in all (default 0.5)")
     p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--rounds", type=_positive_int, default=3,
+                   help="run a graph's plans in this many turns, so drift slows all alike "
+                        "(default 3)")
     p.add_argument("--out", help="results table (.parquet, or .csv)")
     p.add_argument("--plot", help="predicted vs measured (.png or .svg)")
     _add_json(p)

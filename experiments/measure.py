@@ -59,7 +59,10 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     copies = time_copies(engine, quick=args.quick, repeats=repeats)
     in_graphs, starts = time_graphs(engine, calibration_graphs(args.quick),
                                     repeats=3 if args.quick else 5,
-                                    progress=_progress(args, "running models"))
+                                    progress=_progress(args, "running models"),
+                                    cache_bytes=cache)
+    # hand-offs again, minutes later: a shared machine's wake-ups vary from one to the next
+    copies += time_copies(engine, quick=args.quick, repeats=repeats)
     shapes = shape_table(in_graphs)
     start = statistics.median(starts) if starts else 0.0
     reference = reference_seconds(engine)
@@ -67,7 +70,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     fit = fit_samples([s for s in samples if not s.features or not s.features[-1]],
                       buckets=3 if args.quick else 4)
     link = fit_link(copies)
-    kinds = fit_kinds(samples, cache_bytes=cache)
+    # per-kind models learn from ops alone and from ops inside whole models
+    kinds = fit_kinds(samples + [s.sample for s in in_graphs if s.sample], cache_bytes=cache)
     dispatch = dispatch_seconds(samples)
     spec = engine.cluster().devices[0]
     path = write_calibration(args.out, engine_name=engine.name, model=spec.model,
@@ -188,7 +192,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
     then = _reference_s(args.device)
     df = validate(engine, graphs, split(args.policies, "policies"), repeats=args.repeats,
                   warmup=args.warmup, progress=_progress(args, "running plans"),
-                  min_seconds=args.min_seconds,
+                  min_seconds=args.min_seconds, rounds=args.rounds,
                   speed=(lambda: reference_seconds(engine) / then) if then else None)
     if args.out:
         write_results(df, args.out)
@@ -198,7 +202,8 @@ def cmd_validate(args: argparse.Namespace) -> None:
             "median_abs_error": float(df["error"].abs().median()),
             "max_abs_error": float(df["error"].abs().max()), "out": args.out,
             "plot": args.plot,
-            "machine_slower": None if not then else float(df["slower"].median())}
+            "machine_slower": None if not then else float(df["slower"].median()),
+            "round_spread": float(df["round_spread"].median())}
     emit(args, data, _validation_text(df, data))
 
 
@@ -222,7 +227,8 @@ def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
     lines = [f"validation on {data['cluster']}: median |error| "
              f"{data['median_abs_error']:.1%}, worst {data['max_abs_error']:.1%}"
              + (f" (the machine ran {data['machine_slower']:.2f}x as slowly as at "
-                f"calibration)" if data["machine_slower"] else ""),
+                f"calibration)" if data["machine_slower"] else "")
+             + f"; a plan's turns differ by {data['round_spread']:.1%} (median)",
              f"  {'graph':<28} {'policy':<14} {'measured ms':>11} {'predicted ms':>12} "
              f"{'error':>7} {'op err':>7} {'mem err':>7} {'tau':>5}"]
     for r in df.itertuples():

@@ -18,7 +18,7 @@ import queue
 import statistics
 import threading
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -60,6 +60,30 @@ class RunResult:
     #: device's next op (its kernel, then releasing its inputs and dispatching the next),
     #: the median over the measured repeats; a device's last op counts its kernel only.
     op_busy_s: dict[str, float] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def combine(cls, results: Sequence[RunResult]) -> RunResult:
+        """Several calls' runs of one plan as one result: every repeat's makespan, the
+        largest peak per device, per op the median of the calls' medians, and the last
+        call's trace, outputs and weights.
+
+        >>> from policies import plan as make_plan
+        >>> from runtime import NumpyEngine
+        >>> from workloads import build_model
+        >>> engine = NumpyEngine(devices=1)
+        >>> p = make_plan(build_model("mlp", batch=2), engine.cluster(), "single_device")
+        >>> len(RunResult.combine([execute(p, engine, repeats=2) for _ in range(3)]).makespans_s)
+        6
+        """
+        last = results[-1]
+        ops = [r.op_busy_s for r in results]
+        seconds = [r.op_seconds for r in results]
+        return cls([t for r in results for t in r.makespans_s],
+                   {d: max(r.peak_memory_bytes[d] for r in results)
+                    for d in last.peak_memory_bytes}, last.trace, last.outputs,
+                   last.memory_log, last.devices, last.parameters,
+                   {n: statistics.median(s[n] for s in seconds) for n in last.op_seconds},
+                   {n: statistics.median(o[n] for o in ops) for n in last.op_busy_s})
 
     @property
     def makespan_s(self) -> float:

@@ -68,12 +68,13 @@ class Sample:
 @dataclass(frozen=True)
 class ShapeSample:
     """How long an op of one signature kept its device busy inside a whole graph run at
-    ``batch``."""
+    ``batch``; ``sample``, the same time with the op's features, for the per-kind models."""
 
     kind: str
     signature: str
     batch: int
     seconds: float
+    sample: Sample | None = None
 
 
 def _case(label: str, build: Callable[[GraphBuilder, str], str],
@@ -247,12 +248,13 @@ def calibration_graphs(quick: bool = False) -> list[Graph]:
 
 
 def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats: int = 3,
-                seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter
-                ) -> tuple[list[ShapeSample], list[float]]:
+                seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter,
+                cache_bytes: int = 32 * 2**20) -> tuple[list[ShapeSample], list[float]]:
     """Run each graph on the engine's first device and record how long each op kept the
     device busy (the median over ``repeats``, more for a short graph: at least half a
-    second of runs, at most 200), under its signature and batch; and each run's delay
-    before its first op."""
+    second of runs, at most 200), under its signature and batch and with its features
+    (its weights read from memory where the graph's exceed ``cache_bytes``, as the
+    calibrated cost model takes them); and each run's delay before its first op."""
     from hwmodels.cost import op_batch, op_signature
     from policies.plans import Plan
     from runtime.executor import execute
@@ -266,11 +268,13 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
         probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
         runs = max(repeats, min(200, math.ceil(0.5 / max(probe, 1e-6))))
         run = execute(plan, engine, warmup=0, repeats=runs, seed=seed)
+        cold = graph.param_bytes > cache_bytes
         for op in graph:
             if op.op_class != "source" and op.name in run.op_busy_s:
-                batch = op_batch(op, graph)
+                batch, seconds = op_batch(op, graph), run.op_busy_s[op.name]
                 samples.append(ShapeSample(kind_key(op), op_signature(op, batch), batch,
-                                           run.op_busy_s[op.name]))
+                                           seconds, _sample(graph, op, seconds, cold,
+                                                            cache_bytes)))
         starts.append(float(run.trace["start_s"].min()))
     return samples, starts
 
@@ -332,13 +336,18 @@ def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int
         for name, value in run.op_busy_s.items():
             seconds[(id(graph), name)] = value
         gaps += _gaps(run.trace)
-    samples = [Sample(c.label, c.op.op_class, float(c.op.flops),
-                      float(c.op.bytes_read + c.op.bytes_written),
-                      seconds[(id(c.graph), c.op.name)], c.op.dtype, kind_key(c.op),
-                      window_positions(c.op), kind_features(
-                          c.op, cache_bytes, weight_bytes(c.graph, c.op) if c.cold else 0))
-               for c in cases]
+    samples = [_sample(c.graph, c.op, seconds[(id(c.graph), c.op.name)], c.cold,
+                       cache_bytes, c.label) for c in cases]
     return samples + [Sample("gap", "dispatch", 0.0, 0.0, g) for g in gaps]
+
+
+def _sample(graph: Graph, op: Op, seconds: float, cold: bool, cache_bytes: int,
+            label: str = "") -> Sample:
+    """``op``'s measured time with its features (``cold``: its weights from memory)."""
+    return Sample(label or op.name, op.op_class, float(op.flops),
+                  float(op.bytes_read + op.bytes_written), seconds, op.dtype, kind_key(op),
+                  window_positions(op), kind_features(
+                      op, cache_bytes, weight_bytes(graph, op) if cold else 0))
 
 
 def _gaps(trace: Any) -> list[float]:

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.engine import Engine
+from workloads.errors import PlacelabError
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from hwmodels.cost import CostModel
+    from runtime.executor import RunResult
 
 __all__ = ["engine_cost", "op_errors", "order_kept", "rank_agreement", "validate"]
 
@@ -85,24 +87,46 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
                    for i in range(n) for j in range(n))
 
 
-def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmup: int,
-         seed: int, baselines: Mapping[str, CostModel], min_seconds: float,
-         speed: Callable[[], float] | None) -> dict[str, Any]:
-    from runtime.executor import execute
+def _measure(plans: Sequence[Any], engine: Engine, *, repeats: int, warmup: int,
+             seed: int, min_seconds: float, rounds: int
+             ) -> list[tuple[RunResult, float]]:
+    """Every plan's runs, taken in ``rounds`` turns over the plans (each plan a share of
+    its repeats, then the next plan), so that a machine whose speed drifts slows every
+    plan of a graph alike; with each, how far apart its turns' medians lie (the slowest
+    over the fastest, less one: the machine's own noise). A plan whose repeats take less
+    than ``min_seconds`` runs more often, to that much time in all (at most 500)."""
+    from runtime.executor import RunResult, execute
+
+    counts = []
+    for p in plans:
+        count = repeats
+        if min_seconds > 0:  # a short step runs more often, to the same total time
+            probe = execute(p, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
+            count = max(repeats, min(500, math.ceil(min_seconds / max(probe, 1e-6))))
+        counts.append(count)
+    runs: list[list[RunResult]] = [[] for _ in plans]
+    for turn in range(rounds):
+        for p, count, done in zip(plans, counts, runs, strict=True):
+            share = count // rounds + (turn < count % rounds)
+            if share:
+                done.append(execute(p, engine, warmup=warmup, repeats=share, seed=seed))
+    return [(RunResult.combine(done), max(r.makespan_s for r in done)
+             / min(r.makespan_s for r in done) - 1) for done in runs]
+
+
+def _row(graph: str, policy: str, engine: Engine, plan: Any,
+         run: tuple[RunResult, float], baselines: Mapping[str, CostModel],
+         slower: float | None) -> dict[str, Any]:
     from sim.engine import simulate
 
     cluster = engine.cluster()
-    if min_seconds > 0:  # a short step runs more often, to the same total time
-        probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
-        repeats = max(repeats, min(500, math.ceil(min_seconds / max(probe, 1e-6))))
-    measured = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+    measured, spread = run
     predicted = simulate(plan, cluster, engine_cost(engine))
     others: dict[str, float] = {}
     for name, cost in baselines.items():  # the same run, predicted by another model
         seconds = simulate(plan, cluster, cost).makespan_s
         others |= {f"{name}_s": seconds, f"{name}_error": seconds / measured.makespan_s - 1}
     errors = op_errors(measured.op_busy_s, predicted.trace)
-    slower = speed() if speed is not None else None
     memory = [abs(predicted.peak_memory_bytes[d] / measured.peak_memory_bytes[d] - 1)
               for d in engine.devices if measured.peak_memory_bytes[d] > 0]
     low, high = measured.spread_s
@@ -110,7 +134,7 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
         "graph": graph, "policy": policy, "cluster": cluster.name,
         "devices_used": len(set(plan.placement.values())),
         "measured_s": measured.makespan_s, "measured_min_s": low, "measured_max_s": high,
-        "repeats": len(measured.makespans_s),
+        "repeats": len(measured.makespans_s), "round_spread": spread,
         "predicted_s": predicted.makespan_s,
         "error": predicted.makespan_s / measured.makespan_s - 1,
         "slower": slower,
@@ -127,28 +151,35 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any, repeats: int, warmu
 def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str], *,
              repeats: int = 5, warmup: int = 1, seed: int = 0,
              baselines: Mapping[str, CostModel] | None = None, min_seconds: float = 0.0,
-             speed: Callable[[], float] | None = None,
+             speed: Callable[[], float] | None = None, rounds: int = 3,
              progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
     """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau and
     ``order_kept`` whether the simulator orders no two of its plans against the
     measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
-    runs too: columns ``<name>_s`` and ``<name>_error``. A plan whose ``repeats`` take
-    less than ``min_seconds`` runs more times (at most 500), so a short step is measured
-    over as long as a long one; ``repeats`` records how many. ``speed`` (how much slower
-    the machine runs now than when it was calibrated, e.g. a reference graph's time over
-    its time then) is asked after each run: columns ``slower`` and ``error_at_speed``, the
-    error of the prediction scaled by it."""
+    runs too: columns ``<name>_s`` and ``<name>_error``. A graph's plans run in
+    ``rounds`` turns (see :func:`_measure`); a plan whose repeats take less than
+    ``min_seconds`` runs more times (at most 500), so a short step is measured over as
+    long as a long one; ``repeats`` records how many, ``round_spread`` how far apart the
+    medians of its turns lie. ``speed`` (how much slower the
+    machine runs now than when it was calibrated, e.g. a reference graph's time over its
+    time then) is asked after each graph's runs: columns ``slower`` and
+    ``error_at_speed``, the error of the prediction scaled by it."""
     import pandas as pd
 
     from policies.base import plan
 
-    cases = [(name, policy) for name in graphs for policy in policies]
+    if rounds < 1:
+        raise PlacelabError(f"validate: rounds must be >= 1, got {rounds}")
     rows = []
-    for name, policy in progress(cases):
-        p = plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
-        rows.append(_row(name, policy, engine, p, repeats, warmup, seed, baselines or {},
-                         min_seconds, speed))
+    for name in progress(list(graphs)):
+        plans = [plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
+                 for policy in policies]
+        measured = _measure(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
+                            min_seconds=min_seconds, rounds=min(rounds, repeats))
+        slower = speed() if speed is not None else None
+        rows += [_row(name, policy, engine, p, m, baselines or {}, slower)
+                 for policy, p, m in zip(policies, plans, measured, strict=True)]
     df = pd.DataFrame(rows)
     groups = df.groupby("graph", sort=False)
     df["rank_tau"] = df["graph"].map({name: rank_agreement(list(g["predicted_s"]),
