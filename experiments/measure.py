@@ -42,6 +42,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         shape_table,
         write_calibration,
     )
+    from runtime.hosts import host_slowdown, slowdown_of
     from runtime.microbench import (
         benchmark_cases,
         calibration_graphs,
@@ -63,6 +64,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                                     cache_bytes=cache)
     # hand-offs again, minutes later: a shared machine's wake-ups vary from one to the next
     copies += time_copies(engine, quick=args.quick, repeats=repeats)
+    side_by_side = slowdown_of(engine, repeats=3 if args.quick else 5)
     shapes = shape_table(in_graphs)
     start = statistics.median(starts) if starts else 0.0
     reference = reference_seconds(engine)
@@ -79,7 +81,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              threads=getattr(engine, "threads", 1), fit=fit, link=link,
                              samples=len(samples) + len(copies), kinds=kinds,
                              link_dispatch_s=dispatch, shapes=shapes, start_s=start,
-                             reference_s=reference)
+                             reference_s=reference,
+                             host_slowdown=host_slowdown(side_by_side))
     if args.plot:
         _plot_fit(samples, fit, kinds, args.plot)
     data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),
@@ -89,7 +92,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "not_fitted_within_10pct": fit.poorly_fitted,
             "kinds": {k: v.quality for k, v in kinds.items()},
             "signatures": len(shapes), "run_start_us": start * 1e6,
-            "reference_ms": reference * 1e3,
+            "reference_ms": reference * 1e3, "side_by_side": side_by_side,
+            "host_slowdown": host_slowdown(side_by_side),
             "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
                                                "latency_us": link.latency_s * 1e6,
                                                "fit": link.quality}}
@@ -120,6 +124,10 @@ def _calibration_text(d: dict[str, Any]) -> str:
                  f"batch sizes (interpolated in batch for ops of the same signature); "
                  f"{d['run_start_us']:.1f} us before a run's first op; reference graph "
                  f"(ResNet-50, batch 1) {d['reference_ms']:.1f} ms")
+    if d["side_by_side"]:
+        each = ", ".join(f"{m} {r:.2f}x" for m, r in d["side_by_side"].items())
+        lines.append(f"  two devices computing at once: each {d['host_slowdown']:.2f}x as "
+                     f"slow (the median of {each}: two copies side by side against one)")
     if d["plot"]:
         lines.append(f"  plot {d['plot']}")
     return "\n".join(lines)

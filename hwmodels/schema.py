@@ -60,6 +60,9 @@ class ClusterTable(Schema):
     switches: list[str] = Field(default_factory=list)
     device: Annotated[list[SlotTable], Field(min_length=1)]
     link: list[LinkTable] = Field(default_factory=list)
+    #: Host -> how many times slower an op runs while two of its devices compute at once.
+    host_slowdown: dict[str, Annotated[float, Field(ge=1, allow_inf_nan=False)]] = Field(
+        default_factory=dict)
 
 
 class MeasuredKind(Schema):

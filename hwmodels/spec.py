@@ -222,6 +222,10 @@ class Cluster:
     switches: tuple[str, ...] = ()
     hosts: Mapping[str, str] = field(default_factory=dict)
     description: str = ""
+    #: Host -> how many times slower each op runs while two of the host's devices compute
+    #: at once (cores, caches and memory bandwidth shared); ``1 + (s - 1)(k - 1)`` with
+    #: ``k`` devices busy. A host not named runs its devices independently.
+    host_slowdown: Mapping[str, float] = field(default_factory=dict)
     _routes: dict[tuple[str, str], tuple[Hop, ...]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
@@ -230,6 +234,7 @@ class Cluster:
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "switches", tuple(self.switches))
         object.__setattr__(self, "hosts", MappingProxyType(dict(self.hosts)))
+        object.__setattr__(self, "host_slowdown", MappingProxyType(dict(self.host_slowdown)))
         self._validate()
 
     def __hash__(self) -> int:
@@ -238,7 +243,7 @@ class Cluster:
     def __reduce__(self) -> tuple[Any, ...]:
         # The definition travels; routes and other caches are rebuilt where it lands.
         return (Cluster, (self.name, self.devices, self.links, self.switches, dict(self.hosts),
-                          self.description))
+                          self.description, dict(self.host_slowdown)))
 
     def _validate(self) -> None:
         owner = f"cluster {self.name!r}"
@@ -263,6 +268,13 @@ class Cluster:
         for device in self.hosts:
             if device not in nodes:
                 raise _fail(owner, f"hosts names {device!r}, which is not a device")
+        for host, slowdown in self.host_slowdown.items():
+            if host not in self.hosts.values():
+                raise _fail(owner, f"host_slowdown names {host!r}, which no device sits on")
+            ok = isinstance(slowdown, int | float) and not isinstance(slowdown, bool)
+            if not ok or not 1 <= slowdown < math.inf:
+                raise _fail(owner, f"host_slowdown.{host} must be a finite number >= 1, "
+                                   f"got {slowdown!r}")
         if len(self.devices) > 1 and not nx.is_connected(self.graph):
             parts = sorted(sorted(c) for c in nx.connected_components(self.graph))
             raise _fail(owner, f"must be connected, got separate parts {parts}")
@@ -333,8 +345,8 @@ class Cluster:
     @cached_property
     def definition_hash(self) -> str:
         """SHA-256 of the cluster's definition (devices with every figure, links, switches,
-        hosts): a plan or cost model made for another definition, even of the same name,
-        is told apart by it."""
+        hosts and their slowdowns): a plan or cost model made for another definition, even
+        of the same name, is told apart by it."""
         return hashlib.sha256(json.dumps(self.definition(), sort_keys=True).encode()).hexdigest()
 
     def definition(self) -> dict[str, Any]:
@@ -345,7 +357,8 @@ class Cluster:
 
         return {"name": self.name, "devices": [device(d) for d in self.devices],
                 "links": [{f.name: getattr(k, f.name) for f in fields(k)} for k in self.links],
-                "switches": list(self.switches), "hosts": dict(self.hosts)}
+                "switches": list(self.switches), "hosts": dict(self.hosts),
+                **({"host_slowdown": dict(self.host_slowdown)} if self.host_slowdown else {})}
 
     def without(self, *names: str, name: str | None = None) -> Cluster:
         """This cluster with devices ``names`` retired, and their links with them, and the
@@ -370,7 +383,9 @@ class Cluster:
         switches = tuple(s for s in self.switches if s in reached)
         links = tuple(k for k in links if k.a in reached and k.b in reached)
         hosts = {d: h for d, h in self.hosts.items() if d not in names}
-        return Cluster(name or self.name, keep, links, switches, hosts, self.description)
+        slowdown = {h: s for h, s in self.host_slowdown.items() if h in hosts.values()}
+        return Cluster(name or self.name, keep, links, switches, hosts, self.description,
+                       slowdown)
 
     def with_devices(self, devices: tuple[Device, ...], links: tuple[Link, ...], *,
                      hosts: Mapping[str, str] | None = None,
@@ -385,7 +400,8 @@ class Cluster:
         5
         """
         return Cluster(name or self.name, (*self.devices, *devices), (*self.links, *links),
-                       self.switches, {**self.hosts, **(hosts or {})}, self.description)
+                       self.switches, {**self.hosts, **(hosts or {})}, self.description,
+                       self.host_slowdown)
 
     def slowest_link(self, src: str, dst: str) -> Link | None:
         hops = self.route(src, dst)

@@ -74,7 +74,7 @@ def _cluster(where: str, t: Any, models: Callable[[str], Device]) -> Cluster:
     links = [_link(f"{where}.link[{i}]", k) for i, k in enumerate(t.link)]
     return _spec(where, lambda: Cluster(
         name=t.name, description=t.description, devices=tuple(devices), links=tuple(links),
-        switches=tuple(t.switches), hosts=hosts))
+        switches=tuple(t.switches), hosts=hosts, host_slowdown=t.host_slowdown))
 
 
 def parse(text: str, *, source: str = "<string>") -> Any:
@@ -187,6 +187,8 @@ def cluster_table(c: Cluster) -> dict[str, Any]:
          "latency_us": _num(link.latency_s / MICRO), "duplex": link.duplex}
         for link in c.links
     ]
+    if c.host_slowdown:
+        table["host_slowdown"] = {h: _num(v) for h, v in c.host_slowdown.items()}
     return table
 
 

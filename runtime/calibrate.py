@@ -315,12 +315,14 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
                       samples: int, kinds: dict[str, KindFit] | None = None,
                       link_dispatch_s: float = 0.0,
                       shapes: dict[tuple[str, str], dict[int, float]] | None = None,
-                      start_s: float = 0.0, reference_s: float = 0.0) -> Path:
+                      start_s: float = 0.0, reference_s: float = 0.0,
+                      host_slowdown: float = 1.0) -> Path:
     """Write the fitted device (catalog model ``model``), the engine's cluster of it and
     the per-kind models as a hardware TOML that ``placelab hw register`` accepts and the
     ``calibrated`` cost model reads; return the path. ``link_dispatch_s``, the executor's
     idle time before an op (already in the ops' times), is taken off the link latency,
-    whose samples include it."""
+    whose samples include it. The devices sit on one host, ``localhost``, with
+    ``host_slowdown`` (:mod:`runtime.hosts`) where it is above 1."""
     import tomli_w
 
     from hwmodels.spec import Cluster, Device, Link
@@ -340,7 +342,9 @@ def write_calibration(path: str | Path, *, engine_name: str, model: str, devices
     latency = max(link.latency_s - link_dispatch_s, 0.0) if link else 0.0
     links = tuple(Link(a, b, link.bandwidth, latency) for i, a in enumerate(devices)
                   for b in devices[i + 1:]) if link else ()
-    cluster = Cluster(f"{engine_name}-{len(devices)}-calibrated", slots, links)
+    cluster = Cluster(f"{engine_name}-{len(devices)}-calibrated", slots, links,
+                      hosts=dict.fromkeys(devices, "localhost"),
+                      host_slowdown={"localhost": host_slowdown} if host_slowdown > 1 else {})
     data: dict[str, Any] = {
         "calibration": {**_provenance(engine_name, len(devices), threads, fit, link,
                                       samples),

@@ -126,7 +126,8 @@ class NumpyEngine(Engine):
         devices = tuple(spec.instance(d) for d in self.devices)
         links = tuple(Link(a, b, 10e9, 5e-6) for i, a in enumerate(self.devices)
                       for b in self.devices[i + 1:])
-        return Cluster(f"numpy-{self.count}", devices, links)
+        return Cluster(f"numpy-{self.count}", devices, links,
+                       hosts=dict.fromkeys(self.devices, "localhost"))
 
     def _calibrated(self, path: str | Path) -> Cluster:
         """The cluster ``placelab calibrate`` measured: its ``host-cpu`` device in every slot

@@ -24,6 +24,8 @@ Model (documented in the README and tested in ``tests/sim``):
   producer ends); a received copy from the transfer's request until its last reader ends.
   Exceeding capacity makes the run infeasible (first overflow: device, op, time, needed and
   available bytes); the simulation still completes so the result shows how far over it went.
+* **Shared hosts.** Devices of a host with a slowdown (``Cluster.host_slowdown``) slow each
+  other's ops while they compute at once (:mod:`sim.hosts`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
+from sim.hosts import shared_hosts, with_hosts
 from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS, ORDERS
 from sim.result import SimResult, TraceColumns
@@ -393,8 +396,12 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
     plan = lower(plan, cluster)
+    hosts = shared_hosts(cluster)
+    kind = _RUNS[(order, links)]
     with gc_paused():
-        run = _RUNS[(order, links)](wire(plan, cluster, cost), cluster,
-                                    cluster.device_names, plan)
+        run = (with_hosts(kind) if hosts else kind)(wire(plan, cluster, cost), cluster,
+                                                    cluster.device_names, plan)
+        if hosts:
+            run.use_hosts(*hosts)
         run.run()
         return run.result(job)

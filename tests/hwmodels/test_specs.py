@@ -170,3 +170,29 @@ def test_devices_retire_and_join_through_the_cluster_checks() -> None:
     assert joined.bandwidth("gpu4", "gpu3") == 10e9 and joined.name == "quad-plus"
     with pytest.raises(HardwareSpecError, match="must be connected"):
         quad.with_devices((quad.device("gpu0").instance("gpu4"),), ())
+
+
+def test_a_host_slowdown_is_checked_kept_and_read_back() -> None:
+    d = (toy_device("a"), toy_device("b"), toy_device("c"))
+    links = (Link("a", "b", 1e9), Link("b", "c", 1e9))
+    hosts = {"a": "h", "b": "h", "c": "g"}
+    with pytest.raises(HardwareSpecError,
+                       match=r"^cluster 'c': host_slowdown names 'x', which no device sits on$"):
+        Cluster("c", d, links, hosts=hosts, host_slowdown={"x": 1.5})
+    for bad in (0.5, float("nan"), float("inf"), True):
+        with pytest.raises(HardwareSpecError,
+                           match=r"host_slowdown.h must be a finite number >= 1, got"):
+            Cluster("c", d, links, hosts=hosts, host_slowdown={"h": bad})
+    plain = Cluster("c", d, links, hosts=hosts)
+    shared = Cluster("c", d, links, hosts=hosts, host_slowdown={"h": 1.25})
+    assert plain.definition_hash == Cluster("c", d, links, hosts=hosts,
+                                            host_slowdown={}).definition_hash
+    assert shared.definition_hash != plain.definition_hash  # a plan tells them apart
+    assert loads(dumps([], [shared]), known_models=lambda _: toy_device("a")
+                 ).clusters["c"].host_slowdown == {"h": 1.25}
+    assert shared.without("c").host_slowdown == {"h": 1.25}
+    assert shared.without("a", "b").host_slowdown == {}  # nobody left on the host
+    text = dumps([], [shared]).replace("h = 1.25", "h = 0.5")
+    with pytest.raises(HardwareSpecError, match=r"^c.toml: cluster\[0\].host_slowdown.h: "
+                                                r"expected a number >= 1, got 0.5$"):
+        loads(text, source="c.toml", known_models=lambda _: toy_device("a"))

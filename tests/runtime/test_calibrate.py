@@ -151,6 +151,12 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     data = json.loads(capsys.readouterr().out)
     assert data["samples"] > 50 and data["peak_gflops"] > 0 and data["link"]
     assert data["signatures"] > 0 and data["reference_ms"] > 0
+    assert set(data["side_by_side"]) == {"resnet50 b1", "bert_base b1", "lenet5 b32"}
+    assert data["host_slowdown"] == max(sorted(data["side_by_side"].values())[1], 1.0)
+    cluster = NumpyEngine(devices=2, calibration=out).cluster()
+    assert set(cluster.hosts.values()) == {"localhost"}
+    assert cluster.host_slowdown == ({"localhost": pytest.approx(data["host_slowdown"])}
+                                     if data["host_slowdown"] > 1 else {})
     assert main(["validate", "--device", str(out), "--models", "mlp", "--repeats", "1",
                  "--min-seconds", "0.05", "--policies", "single_device,round_robin",
                  "--json"]) == 0

@@ -1,0 +1,124 @@
+"""Devices that share their host: ops slow each other down while they compute at once.
+
+Logical devices carved out of one machine (the NumPy engine's threads on one CPU, slices of
+one accelerator, chiplets on one memory system) share cores, caches and memory bandwidth.
+A cluster says so per host (``Cluster.host_slowdown``): while ``k`` of a host's devices
+compute at once, each of their ops progresses ``1 + (s - 1)(k - 1)`` times more slowly
+than alone (``s`` the host's slowdown: two devices at once run ``s`` times slower). Rates
+change whenever an op on the host starts or ends; an op's work left is settled then and its
+end foreseen anew, as :mod:`sim.links` does for flows sharing a link. A host with a slowdown
+of 1, or a device on a host of its own, runs as it does without this model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simpy.events import NORMAL, Event
+
+from hwmodels.spec import Cluster
+
+__all__ = ["HostSharing", "shared_hosts", "with_hosts"]
+
+
+def shared_hosts(cluster: Cluster) -> tuple[list[int], list[float]] | None:
+    """Per device its host's index (-1: a device that nothing slows), and per host its
+    slowdown; None where no host of two or more devices has one above 1.
+
+    >>> from hwmodels import Cluster, Device, Link
+    >>> d = tuple(Device(n, "cpu", {"fp32": 1e9}, 2**30, 1e9) for n in ("a", "b", "c"))
+    >>> links = (Link("a", "b", 1e9), Link("b", "c", 1e9))
+    >>> c = Cluster("c", d, links, hosts={"a": "h", "b": "h", "c": "g"},
+    ...             host_slowdown={"h": 1.5})
+    >>> shared_hosts(c)
+    ([0, 0, -1], [1.5])
+    """
+    hosts = [h for h, s in cluster.host_slowdown.items()
+             if s > 1 and sum(1 for x in cluster.hosts.values() if x == h) > 1]
+    if not hosts:
+        return None
+    index = {h: i for i, h in enumerate(hosts)}
+    return ([index.get(cluster.hosts.get(d, ""), -1) for d in cluster.device_names],
+            [cluster.host_slowdown[h] for h in hosts])
+
+
+class HostSharing:
+    """Ops on devices of a shared host progress at the host's current rate (see the
+    module). Over a simulation class: it takes over the ends of those ops."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)  # type: ignore[call-arg]
+        s: Any = self
+        self.work = list(s.op_time)  # each op's time alone
+        self.left: dict[int, float] = {}  # running op -> its work left at ``settled``
+        self.version = [0] * len(s.op_time)
+        self._plain_done = s._on_op_done
+        s._on_op_done = self._base_end  # the plain end event, ignored for shared ops
+
+    def use_hosts(self, device_host: list[int], slowdown: list[float]) -> None:
+        """Bind the hosts: per device its host (-1: none), per host its slowdown."""
+        self.device_host, self.slowdown = device_host, slowdown
+        self.running: list[dict[int, int]] = [{} for _ in slowdown]  # op -> device
+        self.settled = [0.0] * len(slowdown)
+        self.rate = [1.0] * len(slowdown)
+
+    def _start_op(self, op: int, d: int, stream: int) -> None:
+        super()._start_op(op, d, stream)  # type: ignore[misc]
+        h = self.device_host[d]
+        if h >= 0:
+            self._settle(h)
+            self.left[op] = self.work[op]
+            self.running[h][op] = d
+            self._foresee(h)
+
+    def _base_end(self, event: Event) -> None:
+        s: Any = self
+        if self.device_host[s.op_dev[event._value]] < 0:
+            self._plain_done(event)
+
+    def _shared_end(self, event: Event) -> None:
+        op, version = event._value
+        if version != self.version[op]:
+            return  # foreseen before the host's rate changed
+        s: Any = self
+        h = self.device_host[s.op_dev[op]]
+        self._settle(h)
+        del self.running[h][op], self.left[op]
+        s.op_time[op] = s.env._now - s.start[op]
+        self._foresee(h)
+        done = Event(s.env)
+        done._value = op
+        self._plain_done(done)
+
+    def _settle(self, h: int) -> None:
+        """Charge the host's running ops the work done since the last change."""
+        s: Any = self
+        now = s.env._now
+        done = (now - self.settled[h]) * self.rate[h]
+        for op in self.running[h]:
+            self.left[op] -= done
+        self.settled[h] = now
+
+    def _foresee(self, h: int) -> None:
+        """The host's rate for the devices now busy, and each running op's end at it."""
+        s: Any = self
+        busy = len(set(self.running[h].values()))
+        self.rate[h] = 1.0 / (1.0 + (self.slowdown[h] - 1.0) * max(busy - 1, 0))
+        for op in self.running[h]:
+            self.version[op] += 1
+            event = Event(s.env)
+            event._ok = True
+            event._value = (op, self.version[op])
+            event.callbacks.append(self._shared_end)
+            s.env.schedule(event, NORMAL, max(self.left[op], 0.0) / self.rate[h])
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def with_hosts(run: type) -> type:
+    """``run`` (a simulation class) with :class:`HostSharing` over it."""
+    if run not in _CLASSES:
+        _CLASSES[run] = type(f"Shared{run.__name__}", (HostSharing, run),
+                             {"__doc__": HostSharing.__doc__})
+    return _CLASSES[run]
