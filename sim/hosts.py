@@ -49,26 +49,30 @@ class HostSharing:
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)  # type: ignore[call-arg]
         s: Any = self
-        self.work = list(s.op_time)  # each op's time alone
-        self.left: dict[int, float] = {}  # running op -> its work left at ``settled``
-        self.version = [0] * len(s.op_time)
+        self.host_work = list(s.op_time)  # each op's time alone
+        self.host_left: dict[int, float] = {}  # running op -> its work left at ``settled``
+        self.host_version = [0] * len(s.op_time)
         self._plain_done = s._on_op_done
         s._on_op_done = self._base_end  # the plain end event, ignored for shared ops
 
-    def use_hosts(self, device_host: list[int], slowdown: list[float]) -> None:
-        """Bind the hosts: per device its host (-1: none), per host its slowdown."""
-        self.device_host, self.slowdown = device_host, slowdown
-        self.running: list[dict[int, int]] = [{} for _ in slowdown]  # op -> device
-        self.settled = [0.0] * len(slowdown)
-        self.rate = [1.0] * len(slowdown)
+    def use_hosts(self, device_host: list[int], slowdown: list[float],
+                  physical: list[int] | None = None) -> None:
+        """Bind the hosts: per device index its host (-1: none), per host its slowdown;
+        ``physical``, per device index the device it is a view of (several tenants' views
+        of one device count once), itself by default."""
+        self.device_host, self.host_slowdown = device_host, slowdown
+        self.physical_of = physical or list(range(len(device_host)))
+        self.host_running: list[dict[int, int]] = [{} for _ in slowdown]  # op -> device
+        self.host_settled = [0.0] * len(slowdown)
+        self.host_rate = [1.0] * len(slowdown)
 
     def _start_op(self, op: int, d: int, stream: int) -> None:
         super()._start_op(op, d, stream)  # type: ignore[misc]
         h = self.device_host[d]
         if h >= 0:
             self._settle(h)
-            self.left[op] = self.work[op]
-            self.running[h][op] = d
+            self.host_left[op] = self.host_work[op]
+            self.host_running[h][op] = d
             self._foresee(h)
 
     def _base_end(self, event: Event) -> None:
@@ -78,12 +82,12 @@ class HostSharing:
 
     def _shared_end(self, event: Event) -> None:
         op, version = event._value
-        if version != self.version[op]:
+        if version != self.host_version[op]:
             return  # foreseen before the host's rate changed
         s: Any = self
         h = self.device_host[s.op_dev[op]]
         self._settle(h)
-        del self.running[h][op], self.left[op]
+        del self.host_running[h][op], self.host_left[op]
         s.op_time[op] = s.env._now - s.start[op]
         self._foresee(h)
         done = Event(s.env)
@@ -94,23 +98,23 @@ class HostSharing:
         """Charge the host's running ops the work done since the last change."""
         s: Any = self
         now = s.env._now
-        done = (now - self.settled[h]) * self.rate[h]
-        for op in self.running[h]:
-            self.left[op] -= done
-        self.settled[h] = now
+        done = (now - self.host_settled[h]) * self.host_rate[h]
+        for op in self.host_running[h]:
+            self.host_left[op] -= done
+        self.host_settled[h] = now
 
     def _foresee(self, h: int) -> None:
         """The host's rate for the devices now busy, and each running op's end at it."""
         s: Any = self
-        busy = len(set(self.running[h].values()))
-        self.rate[h] = 1.0 / (1.0 + (self.slowdown[h] - 1.0) * max(busy - 1, 0))
-        for op in self.running[h]:
-            self.version[op] += 1
+        busy = len({self.physical_of[d] for d in self.host_running[h].values()})
+        self.host_rate[h] = 1.0 / (1.0 + (self.host_slowdown[h] - 1.0) * max(busy - 1, 0))
+        for op in self.host_running[h]:
+            self.host_version[op] += 1
             event = Event(s.env)
             event._ok = True
-            event._value = (op, self.version[op])
+            event._value = (op, self.host_version[op])
             event.callbacks.append(self._shared_end)
-            s.env.schedule(event, NORMAL, max(self.left[op], 0.0) / self.rate[h])
+            s.env.schedule(event, NORMAL, max(self.host_left[op], 0.0) / self.host_rate[h])
 
 
 _CLASSES: dict[type, type] = {}

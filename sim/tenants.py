@@ -30,6 +30,7 @@ from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
 from sim.engine import _Simulation, simulate
+from sim.hosts import shared_hosts, with_hosts
 from sim.links import FairSharing, NoContention
 from sim.options import LINK_MODELS
 from sim.result import TraceColumns
@@ -495,8 +496,12 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
     check_cost_binding(cost, cluster, "simulate_jobs")
     alone = [simulate(j.plan, cluster, cost, job=j.name, links=links).makespan_s
              for j in named]
+    hosts, kind, n = shared_hosts(cluster), _RUNS[links], len(cluster.devices)
     with gc_paused():
-        run = _RUNS[links](named, [wire(j.plan, cluster, cost) for j in named], cluster,
-                           policy)
+        run = (with_hosts(kind) if hosts else kind)(
+            named, [wire(j.plan, cluster, cost) for j in named], cluster, policy)
+        if hosts:
+            views = range(n * len(named))
+            run.use_hosts([hosts[0][v % n] for v in views], hosts[1], [v % n for v in views])
         run.run()
         return run.tenant_result(policy.name, links, alone)

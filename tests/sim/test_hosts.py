@@ -85,3 +85,21 @@ def test_ops_that_never_overlap_are_not_slowed() -> None:
     result = simulate(plan, cluster, TableCost(cluster, table))
     assert result.makespan_s == pytest.approx(4.0 + 3 * (1e-6 + 16 / 1e9))
     assert result.busy_s == pytest.approx({"a": 2.0, "b": 2.0})
+
+
+def test_tenants_on_devices_of_one_host_slow_each_other_too() -> None:
+    from sim.tenants import Job, simulate_jobs
+
+    cluster = _cluster({"h": 1.5})
+    jobs = []
+    for name, device in (("p", "a"), ("q", "b")):
+        b = GraphBuilder(name)
+        b.relu(b.input((4,), name="x"), name="r")
+        graph = b.build()
+        jobs.append(Job(Plan(graph, dict.fromkeys(graph.names, device),
+                             {device: ["x", "r"]}, cluster=cluster.name,
+                             cluster_hash=cluster.definition_hash), name))
+    table = {n: dict.fromkeys("ab", 0.0 if n == "x" else 2.0) for n in ("x", "r")}
+    result = simulate_jobs(jobs, cluster, TableCost(cluster, table))
+    assert list(result.jobs["end_s"]) == pytest.approx([3.0, 3.0])  # 2 s each, 1.5x slower
+    assert list(result.jobs["alone_s"]) == pytest.approx([2.0, 2.0])
