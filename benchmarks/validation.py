@@ -152,6 +152,7 @@ def main() -> None:
     calibrated["at_speed_s"] = calibrated["predicted_s"] * calibrated["slower"]
     one = calibrated[calibrated["policy"] == "single_device"]
     unseen = calibrated[calibrated["tabled"] == 0]
+    steady = calibrated[calibrated["round_spread"] <= 0.05]  # the machine held still
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python benchmarks/validation.py{' --quick' if args.quick else ''} "
              f"--repeats {args.repeats} --min-seconds {args.min_seconds:g} "
@@ -166,6 +167,8 @@ def main() -> None:
                       "predicted_"),
              *summary(calibrated, "calibrated, every plan, scaled by the machine's speed",
                       "at_speed_"),
+             *summary(steady, "calibrated, plans whose turns agree within 5%",
+                      "predicted_"),
              *summary(calibrated, "catalog CPU, uncalibrated", "catalog_"), "",
              f"the machine ran the reference graph {calibrated['slower'].min():.2f}x to "
              f"{calibrated['slower'].max():.2f}x as slowly as at calibration (median "
