@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=0.5,
                         help="run a short plan more often, to this much time in all")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="run each graph's plans in this many turns")
+                        help="run every plan in this many turns over the whole run")
     parser.add_argument("--out")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp())
@@ -175,10 +175,9 @@ def main() -> None:
              f"{calibrated['slower'].median():.2f}x); the calibrated predictions scaled by "
              f"it: median error {calibrated['error_at_speed'].abs().median():.1%}, worst "
              f"{calibrated['error_at_speed'].abs().max():.1%}", "",
-             f"each graph's plans ran in {args.rounds} turns; one plan's turns differ by "
-             f"{calibrated['round_spread'].median():.1%} (median over plans), worst "
-             f"{calibrated['round_spread'].max():.1%}: the machine's own noise over the "
-             f"minutes a graph takes", "",
+             f"every plan ran in {args.rounds} turns over the whole run; one plan's turns "
+             f"differ by {calibrated['round_spread'].median():.1%} (median over plans), "
+             f"worst {calibrated['round_spread'].max():.1%}: the machine's own noise", "",
              f"peak memory, simulated against measured: worst relative gap "
              f"{calibrated['memory_error_max'].fillna(0).max():.1%} over every device of "
              f"every run", "", *rows(calibrated)]

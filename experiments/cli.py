@@ -261,8 +261,8 @@ def _add_run_commands(sub: Any) -> None:
                    help="run a short plan more often, to this much time in all (default 0.5)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--rounds", type=_positive_int, default=3,
-                   help="run a graph's plans in this many turns, so drift slows all alike "
-                        "(default 3)")
+                   help="run every plan in this many turns over the whole validation, so a "
+                        "slow phase of the machine falls on one turn (default 3)")
     p.add_argument("--out", help="results table (.parquet, or .csv)")
     p.add_argument("--plot", help="predicted vs measured (.png or .svg)")
     _add_json(p)

@@ -18,6 +18,7 @@ engine was built from a calibration file, the catalog's uncalibrated CPU otherwi
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -88,13 +89,17 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
 
 
 def _measure(plans: Sequence[Any], engine: Engine, *, repeats: int, warmup: int,
-             seed: int, min_seconds: float, rounds: int
+             seed: int, min_seconds: float, rounds: int,
+             after_turn: Callable[[], None] = lambda: None,
+             progress: Callable[[Iterable[Any]], Iterable[Any]] = iter
              ) -> list[tuple[RunResult, float]]:
-    """Every plan's runs, taken in ``rounds`` turns over the plans (each plan a share of
-    its repeats, then the next plan), so that a machine whose speed drifts slows every
-    plan of a graph alike; with each, how far apart its turns' medians lie (the slowest
-    over the fastest, less one: the machine's own noise). A plan whose repeats take less
-    than ``min_seconds`` runs more often, to that much time in all (at most 500)."""
+    """Every plan's runs, taken in ``rounds`` turns over all the plans (each plan a share
+    of its repeats, then the next; ``after_turn`` called at the end of each turn), so a
+    slow phase of the machine, even one lasting minutes, falls on one turn of each plan
+    rather than on all of one plan's runs; with each plan, how far apart its turns'
+    medians lie (the slowest over the fastest, less one: the machine's own noise). A plan
+    whose repeats take less than ``min_seconds`` runs more often, to that much time in all
+    (at most 500)."""
     from runtime.executor import RunResult, execute
 
     counts = []
@@ -105,11 +110,13 @@ def _measure(plans: Sequence[Any], engine: Engine, *, repeats: int, warmup: int,
             count = max(repeats, min(500, math.ceil(min_seconds / max(probe, 1e-6))))
         counts.append(count)
     runs: list[list[RunResult]] = [[] for _ in plans]
-    for turn in range(rounds):
-        for p, count, done in zip(plans, counts, runs, strict=True):
-            share = count // rounds + (turn < count % rounds)
-            if share:
-                done.append(execute(p, engine, warmup=warmup, repeats=share, seed=seed))
+    for turn, i in progress([(t, i) for t in range(rounds) for i in range(len(plans))]):
+        share = counts[i] // rounds + (turn < counts[i] % rounds)
+        if share:
+            runs[i].append(execute(plans[i], engine, warmup=warmup, repeats=share,
+                                   seed=seed))
+        if i == len(plans) - 1:
+            after_turn()
     return [(RunResult.combine(done), max(r.makespan_s for r in done)
              / min(r.makespan_s for r in done) - 1) for done in runs]
 
@@ -157,29 +164,31 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     ``order_kept`` whether the simulator orders no two of its plans against the
     measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
-    runs too: columns ``<name>_s`` and ``<name>_error``. A graph's plans run in
-    ``rounds`` turns (see :func:`_measure`); a plan whose repeats take less than
+    runs too: columns ``<name>_s`` and ``<name>_error``. Every plan of every graph runs
+    in ``rounds`` turns (see :func:`_measure`); a plan whose repeats take less than
     ``min_seconds`` runs more times (at most 500), so a short step is measured over as
     long as a long one; ``repeats`` records how many, ``round_spread`` how far apart the
-    medians of its turns lie. ``speed`` (how much slower the
-    machine runs now than when it was calibrated, e.g. a reference graph's time over its
-    time then) is asked after each graph's runs: columns ``slower`` and
-    ``error_at_speed``, the error of the prediction scaled by it."""
+    medians of its turns lie. ``speed`` (how much slower the machine runs now than when it
+    was calibrated, e.g. a reference graph's time over its time then) is asked after each
+    turn: columns ``slower`` (the median of its answers) and ``error_at_speed``, the error
+    of the prediction scaled by it."""
     import pandas as pd
 
     from policies.base import plan
 
     if rounds < 1:
         raise PlacelabError(f"validate: rounds must be >= 1, got {rounds}")
-    rows = []
-    for name in progress(list(graphs)):
-        plans = [plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
-                 for policy in policies]
-        measured = _measure(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
-                            min_seconds=min_seconds, rounds=min(rounds, repeats))
-        slower = speed() if speed is not None else None
-        rows += [_row(name, policy, engine, p, m, baselines or {}, slower)
-                 for policy, p, m in zip(policies, plans, measured, strict=True)]
+    cases = [(name, policy) for name in graphs for policy in policies]
+    plans = [plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
+             for name, policy in cases]
+    speeds: list[float] = []
+    measured = _measure(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
+                        min_seconds=min_seconds, rounds=min(rounds, repeats),
+                        after_turn=lambda: speeds.append(speed()) if speed else None,
+                        progress=progress)
+    slower = statistics.median(speeds) if speeds else None
+    rows = [_row(name, policy, engine, p, m, baselines or {}, slower)
+            for (name, policy), p, m in zip(cases, plans, measured, strict=True)]
     df = pd.DataFrame(rows)
     groups = df.groupby("graph", sort=False)
     df["rank_tau"] = df["graph"].map({name: rank_agreement(list(g["predicted_s"]),

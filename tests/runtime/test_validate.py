@@ -41,10 +41,13 @@ def test_plans_run_in_turns_and_each_gets_its_repeats(repeats: int, rounds: int,
         return _result([plan + 1.0] * repeats, {}, 0)
 
     rounds = min(rounds, repeats)
+    turns: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runtime.executor, "execute", fake)
         measured = _measure(list(range(plans)), object(), repeats=repeats, warmup=0,
-                            seed=0, min_seconds=0.0, rounds=rounds)
+                            seed=0, min_seconds=0.0, rounds=rounds,
+                            after_turn=lambda: turns.append(len(calls)))
+    assert turns == [plans * (t + 1) for t in range(rounds)]  # asked as each turn ends
     assert [len(m.makespans_s) for m, _ in measured] == [repeats] * plans
     assert [set(m.makespans_s) for m, _ in measured] == [{p + 1.0} for p in range(plans)]
     assert all(spread == 0.0 for _, spread in measured)  # every turn took the same
