@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.engine import Engine
+from runtime.turns import run_in_turns
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
 
@@ -88,39 +89,6 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
                    for i in range(n) for j in range(n))
 
 
-def _measure(plans: Sequence[Any], engine: Engine, *, repeats: int, warmup: int,
-             seed: int, min_seconds: float, rounds: int,
-             after_turn: Callable[[], None] = lambda: None,
-             progress: Callable[[Iterable[Any]], Iterable[Any]] = iter
-             ) -> list[tuple[RunResult, float]]:
-    """Every plan's runs, taken in ``rounds`` turns over all the plans (each plan a share
-    of its repeats, then the next; ``after_turn`` called at the end of each turn), so a
-    slow phase of the machine, even one lasting minutes, falls on one turn of each plan
-    rather than on all of one plan's runs; with each plan, how far apart its turns'
-    medians lie (the slowest over the fastest, less one: the machine's own noise). A plan
-    whose repeats take less than ``min_seconds`` runs more often, to that much time in all
-    (at most 500)."""
-    from runtime.executor import RunResult, execute
-
-    counts = []
-    for p in plans:
-        count = repeats
-        if min_seconds > 0:  # a short step runs more often, to the same total time
-            probe = execute(p, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
-            count = max(repeats, min(500, math.ceil(min_seconds / max(probe, 1e-6))))
-        counts.append(count)
-    runs: list[list[RunResult]] = [[] for _ in plans]
-    for turn, i in progress([(t, i) for t in range(rounds) for i in range(len(plans))]):
-        share = counts[i] // rounds + (turn < counts[i] % rounds)
-        if share:
-            runs[i].append(execute(plans[i], engine, warmup=warmup, repeats=share,
-                                   seed=seed))
-        if i == len(plans) - 1:
-            after_turn()
-    return [(RunResult.combine(done), max(r.makespan_s for r in done)
-             / min(r.makespan_s for r in done) - 1) for done in runs]
-
-
 def _row(graph: str, policy: str, engine: Engine, plan: Any,
          run: tuple[RunResult, float], baselines: Mapping[str, CostModel],
          slower: float | None) -> dict[str, Any]:
@@ -165,7 +133,7 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
     runs too: columns ``<name>_s`` and ``<name>_error``. Every plan of every graph runs
-    in ``rounds`` turns (see :func:`_measure`); a plan whose repeats take less than
+    in ``rounds`` turns (:func:`runtime.turns.run_in_turns`); a plan whose repeats take less than
     ``min_seconds`` runs more times (at most 500), so a short step is measured over as
     long as a long one; ``repeats`` records how many, ``round_spread`` how far apart the
     medians of its turns lie. ``speed`` (how much slower the machine runs now than when it
@@ -182,10 +150,10 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     plans = [plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
              for name, policy in cases]
     speeds: list[float] = []
-    measured = _measure(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
-                        min_seconds=min_seconds, rounds=min(rounds, repeats),
-                        after_turn=lambda: speeds.append(speed()) if speed else None,
-                        progress=progress)
+    measured = run_in_turns(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
+                            min_seconds=min_seconds, rounds=min(rounds, repeats),
+                            after_turn=lambda: speeds.append(speed()) if speed else None,
+                            progress=progress)
     slower = statistics.median(speeds) if speeds else None
     rows = [_row(name, policy, engine, p, m, baselines or {}, slower)
             for (name, policy), p, m in zip(cases, plans, measured, strict=True)]

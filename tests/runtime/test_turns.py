@@ -1,4 +1,4 @@
-"""Validation's measurement: a graph's plans run in turns, and several calls' runs of one
+"""Plans measured in turns (calibration and validation), and several calls' runs of one
 plan combine into one result."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runtime.executor import RunResult
-from runtime.validate import _measure
+from runtime.turns import run_in_turns
 from workloads.errors import PlacelabError
 
 
@@ -44,9 +44,9 @@ def test_plans_run_in_turns_and_each_gets_its_repeats(repeats: int, rounds: int,
     turns: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runtime.executor, "execute", fake)
-        measured = _measure(list(range(plans)), object(), repeats=repeats, warmup=0,
-                            seed=0, min_seconds=0.0, rounds=rounds,
-                            after_turn=lambda: turns.append(len(calls)))
+        measured = run_in_turns(list(range(plans)), object(), repeats=repeats,
+                                warmup=0, seed=0, rounds=rounds,
+                                after_turn=lambda: turns.append(len(calls)))
     assert turns == [plans * (t + 1) for t in range(rounds)]  # asked as each turn ends
     assert [len(m.makespans_s) for m, _ in measured] == [repeats] * plans
     assert [set(m.makespans_s) for m, _ in measured] == [{p + 1.0} for p in range(plans)]
