@@ -14,6 +14,7 @@ shapes calibration never timed.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -247,31 +248,26 @@ def calibration_graphs(quick: bool = False) -> list[Graph]:
 
 
 def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats: int = 3,
-                seed: int = 0, rounds: int = 2,
-                progress: Callable[[Iterable[Any]], Iterable[Any]] = iter,
+                seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter,
                 cache_bytes: int = 32 * 2**20) -> tuple[list[ShapeSample], list[float]]:
     """Run each graph on the engine's first device and record how long each op kept the
     device busy (the median over ``repeats``, more for a short graph: at least half a
-    second of runs, at most 200; taken in ``rounds`` turns over all the graphs, so that a
-    slow phase of the machine falls on one turn of each), under its signature and batch
-    and with its features (its weights read from memory where the graph's exceed
-    ``cache_bytes``, as the calibrated cost model takes them); and each graph's delay
-    before its first op."""
+    second of runs, at most 200), under its signature and batch and with its features
+    (its weights read from memory where the graph's exceed ``cache_bytes``, as the
+    calibrated cost model takes them); and each run's delay before its first op."""
     from hwmodels.cost import op_batch, op_signature
     from policies.plans import Plan
-    from runtime.turns import run_in_turns
+    from runtime.executor import execute
 
     device, cluster = engine.devices[0], engine.cluster()
-    plans = []
-    for graph in graphs:
-        order = graph.topological_order()
-        plans.append(Plan(graph, dict.fromkeys(order, device), {device: order},
-                          cluster=cluster.name, cluster_hash=cluster.definition_hash))
-    measured = run_in_turns(plans, engine, repeats=max(repeats, rounds), rounds=rounds,
-                            warmup=warmup, seed=seed, min_seconds=0.5, max_repeats=200,
-                            progress=progress)
     samples, starts = [], []
-    for graph, (run, _) in zip(graphs, measured, strict=True):
+    for graph in progress(graphs):
+        order = graph.topological_order()
+        plan = Plan(graph, dict.fromkeys(order, device), {device: order},
+                    cluster=cluster.name, cluster_hash=cluster.definition_hash)
+        probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
+        runs = max(repeats, min(200, math.ceil(0.5 / max(probe, 1e-6))))
+        run = execute(plan, engine, warmup=0, repeats=runs, seed=seed)
         cold = graph.param_bytes > cache_bytes
         for op in graph:
             if op.op_class != "source" and op.name in run.op_busy_s:

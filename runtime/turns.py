@@ -3,8 +3,8 @@
 A shared machine has slow phases lasting seconds to minutes. Measured one after the other,
 a plan caught by such a phase is slow in all its runs; measured in turns (each plan a
 share of its repeats, then the next plan, and round again), a phase falls on one turn of
-each plan, and the median over all repeats passes it by. Calibration times its whole
-models this way, and validation its plans.
+each plan, and the median over all repeats passes it by. Validation measures its plans
+this way.
 
 >>> from policies import plan
 >>> from runtime import NumpyEngine

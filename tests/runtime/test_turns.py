@@ -1,4 +1,4 @@
-"""Plans measured in turns (calibration and validation), and several calls' runs of one
+"""Plans measured in turns (validation), and several calls' runs of one
 plan combine into one result."""
 
 from __future__ import annotations
