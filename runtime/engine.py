@@ -87,7 +87,12 @@ def _cores() -> int:
 class NumpyEngine(Engine):
     """``devices`` logical CPU devices ``cpu0..cpu{k-1}`` of this machine.
 
-    Each gets ``cores // devices`` BLAS threads (at least one) while a plan runs. Its
+    Each gets ``cores // devices`` BLAS threads (at least one) while a plan runs. While a
+    plan runs NumPy also stops asking the kernel for huge pages for its large arrays
+    (``hugepages=False``, the default): where the kernel compacts memory to find them
+    (transparent huge pages in ``madvise`` mode), a kernel over a fresh large array stalls
+    now and then, and the same VGG-16 step took 0.96 s or 1.30 s from run to run; without
+    them it takes 1.30 s every time. Timings that calibrate a model must repeat. Its
     uncalibrated spec is the catalog's Xeon 8380 scaled to its share of cores, memory and
     bandwidth; links between logical devices are memory copies (an assumed 10 GB/s and 5 us
     until ``placelab calibrate`` measures them).
@@ -100,10 +105,11 @@ class NumpyEngine(Engine):
     name = "cpu"
 
     def __init__(self, devices: int = 1, *, dtype: str = "fp32",
-                 calibration: str | Path | None = None) -> None:
+                 calibration: str | Path | None = None, hugepages: bool = False) -> None:
         if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
             raise PlacelabError(f"engine 'cpu': devices must be an int >= 1, got {devices!r}")
         self.count = devices
+        self.hugepages = hugepages
         self.threads = max(1, _cores() // devices)
         self.calibration = calibration
 
@@ -166,5 +172,21 @@ class NumpyEngine(Engine):
     def session(self) -> Iterator[None]:
         from threadpoolctl import threadpool_limits
 
-        with threadpool_limits(limits=self.threads):
+        with threadpool_limits(limits=self.threads), _madvise_hugepage(self.hugepages):
             yield
+
+
+@contextlib.contextmanager
+def _madvise_hugepage(enabled: bool) -> Iterator[None]:
+    """NumPy's huge-page advice for large arrays set to ``enabled``, restored on exit (a
+    no-op where this NumPy has no such switch)."""
+    core = getattr(np, "_core", None) or np.core  # NumPy 2 renamed it
+    switch = getattr(core.multiarray, "_set_madvise_hugepage", None)
+    if switch is None:
+        yield
+        return
+    before = switch(enabled)
+    try:
+        yield
+    finally:
+        switch(before)

@@ -164,3 +164,17 @@ def test_busy_times_tile_each_device_from_its_first_start_to_its_last_end() -> N
     span = ops["end_s"].max() - ops["start_s"].min()
     assert sum(result.op_busy_s.values()) == pytest.approx(span, rel=1e-9)
     assert all(result.op_busy_s[n] >= result.op_seconds[n] for n in result.op_seconds)
+
+
+def test_numpy_asks_for_no_huge_pages_only_while_a_plan_runs() -> None:
+    switch = np._core.multiarray._set_madvise_hugepage
+    before = switch(True)
+    try:
+        with NumpyEngine().session():
+            inside = switch(False)  # returns the setting the engine made
+        with NumpyEngine(hugepages=True).session():
+            kept = switch(True)
+        after = switch(True)
+    finally:
+        switch(before)
+    assert (inside, kept, after) == (False, True, True)
