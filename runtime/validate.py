@@ -133,9 +133,9 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     measurements (see :func:`order_kept`).
     ``baselines`` (name -> a cost model bound to the engine's cluster) predict the same
     runs too: columns ``<name>_s`` and ``<name>_error``. Every plan of every graph runs
-    in ``rounds`` turns (:func:`runtime.turns.run_in_turns`); a plan whose repeats take less than
-    ``min_seconds`` runs more times (at most 500), so a short step is measured over as
-    long as a long one; ``repeats`` records how many, ``round_spread`` how far apart the
+    in ``rounds`` turns (:func:`runtime.turns.run_in_turns`); a plan whose repeats take
+    less than ``min_seconds`` runs more times (at most 500), so a short step is measured
+    over as long as a long one; ``repeats`` records how many, ``round_spread`` how far apart the
     medians of its turns lie. ``speed`` (how much slower the machine runs now than when it
     was calibrated, e.g. a reference graph's time over its time then) is asked after each
     turn: columns ``slower`` (the median of its answers) and ``error_at_speed``, the error
