@@ -36,19 +36,17 @@ def side_by_side(engine: Engine, graph: Graph, *, repeats: int = 5) -> float:
     """How many times longer two copies of ``graph`` side by side on the engine's first two
     devices take than one copy alone (half their time one after the other on one device):
     1 where devices never meet, 2 where they take turns."""
-    from policies.plans import Plan
     from runtime.executor import execute
+    from runtime.microbench import pinned
 
-    pair, cluster, both = engine.devices[:2], engine.cluster(), _twice(graph)
-    order = both.topological_order()
+    pair, both = engine.devices[:2], _twice(graph)
 
-    def median_run(where: dict[str, str]) -> float:
-        plan = Plan(both, where, {d: [n for n in order if where[n] == d] for d in pair},
-                    cluster=cluster.name, cluster_hash=cluster.definition_hash)
+    def median_run(where: dict[str, str] | None) -> float:
+        plan = pinned(both, engine, where)
         return execute(plan, engine, warmup=1, repeats=repeats).makespan_s
 
-    one = median_run(dict.fromkeys(order, pair[0]))
-    apart = median_run({n: pair[n.startswith("copy1/")] for n in order})
+    one = median_run(None)
+    apart = median_run({n: pair[n.startswith("copy1/")] for n in both.names})
     return 2 * apart / one
 
 

@@ -17,10 +17,10 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hwmodels.cost import kind_features, kind_key, weight_bytes, window_positions
 from runtime.engine import Engine
@@ -28,8 +28,12 @@ from workloads.builder import GraphBuilder
 from workloads.graph import Graph
 from workloads.op import Op
 
+if TYPE_CHECKING:
+    from policies.plans import Plan
+
 __all__ = ["Case", "Sample", "ShapeSample", "benchmark_cases", "calibration_graphs",
-           "median_time", "reference_seconds", "time_copies", "time_graphs", "time_ops"]
+           "median_time", "pinned", "reference_seconds", "time_copies", "time_graphs",
+           "time_ops"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,24 @@ class ShapeSample:
     batch: int
     seconds: float
     sample: Sample | None = None
+
+
+def pinned(graph: Graph, engine: Engine, where: Mapping[str, str] | None = None) -> Plan:
+    """``graph`` as a Plan on ``engine``'s cluster: each op on the device ``where`` names
+    (every op on the first device without it), each device's ops in topological order.
+
+    >>> from runtime import NumpyEngine
+    >>> from workloads import build_model
+    >>> sorted(set(pinned(build_model("mlp"), NumpyEngine(devices=2)).placement.values()))
+    ['cpu0']
+    """
+    from policies.plans import Plan
+
+    cluster, order = engine.cluster(), graph.topological_order()
+    where = dict(where) if where is not None else dict.fromkeys(order, engine.devices[0])
+    devices = list(dict.fromkeys(where[n] for n in order))
+    return Plan(graph, where, {d: [n for n in order if where[n] == d] for d in devices},
+                cluster=cluster.name, cluster_hash=cluster.definition_hash)
 
 
 def _case(label: str, build: Callable[[GraphBuilder, str], str],
@@ -256,15 +278,11 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
     (its weights read from memory where the graph's exceed ``cache_bytes``, as the
     calibrated cost model takes them); and each run's delay before its first op."""
     from hwmodels.cost import op_batch, op_signature
-    from policies.plans import Plan
     from runtime.executor import execute
 
-    device, cluster = engine.devices[0], engine.cluster()
     samples, starts = [], []
     for graph in progress(graphs):
-        order = graph.topological_order()
-        plan = Plan(graph, dict.fromkeys(order, device), {device: order},
-                    cluster=cluster.name, cluster_hash=cluster.definition_hash)
+        plan = pinned(graph, engine)
         probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
         runs = max(repeats, min(200, math.ceil(0.5 / max(probe, 1e-6))))
         run = execute(plan, engine, warmup=0, repeats=runs, seed=seed)
@@ -283,14 +301,10 @@ def reference_seconds(engine: Engine, repeats: int = 3) -> float:
     """The fastest of ``repeats`` runs of a fixed reference graph (ResNet-50's forward
     pass at batch 1) on the engine's first device: the machine's speed now, to compare
     with its speed when it was calibrated (a shared machine's speed drifts)."""
-    from policies.plans import Plan
     from runtime.executor import execute
     from workloads.zoo import build_model
 
-    graph, device, cluster = build_model("resnet50"), engine.devices[0], engine.cluster()
-    order = graph.topological_order()
-    plan = Plan(graph, dict.fromkeys(order, device), {device: order},
-                cluster=cluster.name, cluster_hash=cluster.definition_hash)
+    plan = pinned(build_model("resnet50"), engine)
     return min(execute(plan, engine, warmup=1, repeats=repeats).makespans_s)
 
 
@@ -318,21 +332,15 @@ def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int
     median of how long it kept the device busy (``RunResult.op_busy_s``: its kernel,
     releasing its inputs, dispatching the next op), so it carries what running inside a
     plan costs."""
-    from policies.plans import Plan
     from runtime.executor import execute
 
-    device = engine.devices[0]
     graphs: dict[int, Graph] = {}
     for case in cases:
         graphs.setdefault(id(case.graph), case.graph)
     seconds: dict[tuple[int, str], float] = {}
     gaps: list[float] = []
     for graph in progress(list(graphs.values())):
-        order = graph.topological_order()
-        plan = Plan(graph, dict.fromkeys(order, device), {device: order},
-                    cluster=engine.cluster().name,
-                    cluster_hash=engine.cluster().definition_hash)
-        run = execute(plan, engine, warmup=warmup, repeats=repeats, seed=seed)
+        run = execute(pinned(graph, engine), engine, warmup=warmup, repeats=repeats, seed=seed)
         for name, value in run.op_busy_s.items():
             seconds[(id(graph), name)] = value
         gaps += _gaps(run.trace)
@@ -366,7 +374,6 @@ def time_copies(engine: Engine, *, quick: bool = False, warmup: int = 2, repeats
     end to the reader's start (the copy and the executor's hand-offs), taken in every
     measured repeat (a hand-off's wake-up varies from one to the next). None on an engine
     of one device."""
-    from policies.plans import Plan
     from runtime.executor import execute
 
     if len(engine.devices) < 2:
@@ -381,9 +388,7 @@ def time_copies(engine: Engine, *, quick: bool = False, warmup: int = 2, repeats
             x = b.relu(x)
         g = b.build()
         order = g.topological_order()
-        where = {name: pair[i % 2] for i, name in enumerate(order)}
-        plan = Plan(g, where, {d: [o for o in order if where[o] == d] for d in pair},
-                    cluster=engine.cluster().name, cluster_hash=engine.cluster().definition_hash)
+        plan = pinned(g, engine, {name: pair[i % 2] for i, name in enumerate(order)})
         execute(plan, engine, warmup=warmup, repeats=1)
         for _ in range(repeats):
             trace = execute(plan, engine, warmup=0, repeats=1).trace
