@@ -42,7 +42,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
         shape_table,
         write_calibration,
     )
-    from runtime.hosts import host_slowdown, slowdown_of
+    from runtime.hosts import median_slowdown, slowdown_of
     from runtime.microbench import (
         benchmark_cases,
         calibration_graphs,
@@ -65,6 +65,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     # hand-offs again, minutes later: a shared machine's wake-ups vary from one to the next
     copies += time_copies(engine, quick=args.quick, repeats=repeats)
     side_by_side = slowdown_of(engine, repeats=3 if args.quick else 5)
+    slowdown = median_slowdown(side_by_side)
     shapes = shape_table(in_graphs)
     start = statistics.median(starts) if starts else 0.0
     reference = reference_seconds(engine)
@@ -82,7 +83,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
                              samples=len(samples) + len(copies), kinds=kinds,
                              link_dispatch_s=dispatch, shapes=shapes, start_s=start,
                              reference_s=reference,
-                             host_slowdown=host_slowdown(side_by_side))
+                             host_slowdown=slowdown)
     if args.plot:
         _plot_fit(samples, fit, kinds, args.plot)
     data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),
@@ -93,7 +94,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
             "kinds": {k: v.quality for k, v in kinds.items()},
             "signatures": len(shapes), "run_start_us": start * 1e6,
             "reference_ms": reference * 1e3, "side_by_side": side_by_side,
-            "host_slowdown": host_slowdown(side_by_side),
+            "host_slowdown": slowdown,
             "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
                                                "latency_us": link.latency_s * 1e6,
                                                "fit": link.quality}}

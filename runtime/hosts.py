@@ -16,7 +16,7 @@ import statistics
 from runtime.engine import Engine
 from workloads.graph import Graph
 
-__all__ = ["SIDE_BY_SIDE_MODELS", "host_slowdown", "side_by_side", "slowdown_of"]
+__all__ = ["SIDE_BY_SIDE_MODELS", "median_slowdown", "side_by_side", "slowdown_of"]
 
 #: (model, batch, sequence length): the models run side by side.
 SIDE_BY_SIDE_MODELS: tuple[tuple[str, int, int | None], ...] = (
@@ -62,10 +62,10 @@ def slowdown_of(engine: Engine, *, repeats: int = 5) -> dict[str, float]:
             for m, b, s in SIDE_BY_SIDE_MODELS}
 
 
-def host_slowdown(ratios: dict[str, float]) -> float:
+def median_slowdown(ratios: dict[str, float]) -> float:
     """The median of measured side-by-side ratios, at least 1 (1 without any).
 
-    >>> host_slowdown({"a": 1.1, "b": 1.3, "c": 0.9})
+    >>> median_slowdown({"a": 1.1, "b": 1.3, "c": 0.9})
     1.1
     """
     return max(statistics.median(ratios.values()), 1.0) if ratios else 1.0
