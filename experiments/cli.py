@@ -28,6 +28,7 @@ from experiments.commands import (
     cmd_simulate,
 )
 from experiments.measure import cmd_calibrate, cmd_validate
+from experiments.profilecmd import add_profile_command
 from experiments.sweepcmd import add_sweep_command
 from experiments.tenantcmd import add_tenants_command
 from sim.options import LINK_MODELS, ORDERS
@@ -35,7 +36,12 @@ from workloads.collectives import ALGORITHMS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
 
-__all__ = ["main"]
+__all__ = ["ENGINE_NAMES", "main"]
+
+#: The engines ``run``, ``calibrate`` and ``validate`` take: the builtins of
+#: ``runtime.engine.ENGINES``, spelled out so that building the parser imports no engine
+#: (``placelab --help`` loads neither torch nor NumPy's engine); a test holds them equal.
+ENGINE_NAMES = ("cpu", "gpu", "torch", "torch-cuda")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -210,8 +216,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
     p.add_argument("--policy", required=True)
     p.add_argument("--devices", type=_positive_int, default=1,
-                   help="logical devices (cpu: shares of this machine's cores; gpu: GPUs)")
-    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+                   help="logical devices (cpu, torch: shares of this machine's cores; gpu, "
+                        "torch-cuda: GPUs)")
+    p.add_argument("--engine", choices=ENGINE_NAMES, default="cpu")
     p.add_argument("--repeats", type=_positive_int, default=5)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
@@ -237,17 +244,23 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("calibrate", help="time ops and copies on an engine, fit the cost "
                        "model, write a device and cluster TOML")
-    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--engine", choices=ENGINE_NAMES, default="cpu")
     p.add_argument("--devices", type=_positive_int, default=1,
                    help="logical devices the calibration is for (their thread budget)")
-    p.add_argument("--quick", action="store_true", help="fewer shapes and repeats")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer random configurations, repeats and zoo models")
+    p.add_argument("--cases", type=_positive_int, default=None,
+                   help="random configurations per op kind fitted on (default: 16 with "
+                        "--quick, 40 without)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the random configurations (default 0)")
     p.add_argument("--out", required=True, help="the calibration file (.toml)")
-    p.add_argument("--plot", help="measured vs fitted times (.png or .svg)")
+    p.add_argument("--plot", help="each op kind's held-out error (.png or .svg)")
     _add_json(p)
     p.set_defaults(func=cmd_calibrate)
 
     p = sub.add_parser("validate", help="run plans for real, simulate them, report the error")
-    p.add_argument("--engine", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--engine", choices=ENGINE_NAMES, default="cpu")
     p.add_argument("--device", help="calibration file from placelab calibrate (default: "
                    "the uncalibrated catalog CPU)")
     p.add_argument("--devices", type=_positive_int, default=2)
@@ -270,6 +283,7 @@ def _add_run_commands(sub: Any) -> None:
 
     add_sweep_command(sub)
     add_tenants_command(sub)
+    add_profile_command(sub, ENGINE_NAMES, _positive_int)
 
     p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
     p.add_argument("--out", default="placelab-demo", help="output folder")

@@ -347,10 +347,9 @@ def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, .
 
 
 def make_engine(kind: str, devices: int) -> Any:
-    from runtime.cupy_engine import CupyEngine
-    from runtime.engine import NumpyEngine
+    from runtime.engine import make_engine as make
 
-    return NumpyEngine(devices=devices) if kind == "cpu" else CupyEngine(devices=devices)
+    return make(kind, devices)
 
 
 def cmd_run(args: argparse.Namespace) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -14,115 +13,63 @@ from workloads.errors import PlacelabError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from runtime.calibrate import Fit, KindFit
-    from runtime.microbench import Sample
+    from runtime.calibrate import Calibration
     from workloads.graph import Graph
 
 __all__ = ["cmd_calibrate", "cmd_validate", "validation_graphs"]
 
 
 def _progress(args: argparse.Namespace, what: str) -> Any:
-    """A tqdm bar with ETA on stderr; off under ``--json`` and when stderr is no terminal."""
+    """A tqdm bar with ETA on stderr, ``bar(items[, description])``; off under ``--json``
+    and when stderr is no terminal."""
     from tqdm import tqdm
 
-    def bar(items: Iterable[Any]) -> Iterable[Any]:
+    def bar(items: Iterable[Any], description: str = what) -> Iterable[Any]:
         items = list(items)
-        return tqdm(items, desc=what, file=sys.stderr, leave=False,
+        return tqdm(items, desc=description, file=sys.stderr, leave=False,
                     disable=args.json or not sys.stderr.isatty())
     return bar
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
-    from runtime.calibrate import (
-        dispatch_seconds,
-        fit_kinds,
-        fit_link,
-        fit_samples,
-        last_level_cache_bytes,
-        shape_table,
-        write_calibration,
-    )
-    from runtime.hosts import median_slowdown, slowdown_of
-    from runtime.microbench import (
-        benchmark_cases,
-        calibration_graphs,
-        reference_seconds,
-        time_copies,
-        time_graphs,
-        time_ops,
-    )
+    from dataclasses import replace
+
+    from runtime.calibrate import Budget, calibrate
 
     engine = make_engine(args.engine, args.devices)
-    repeats = 3 if args.quick else 7
-    cache = last_level_cache_bytes()
-    samples = time_ops(engine, benchmark_cases(args.quick, cache), repeats=repeats,
-                       progress=_progress(args, "timing ops"), cache_bytes=cache)
-    copies = time_copies(engine, quick=args.quick, repeats=repeats)
-    in_graphs, starts = time_graphs(engine, calibration_graphs(args.quick),
-                                    repeats=3 if args.quick else 5,
-                                    progress=_progress(args, "running models"),
-                                    cache_bytes=cache)
-    # hand-offs again, minutes later: a shared machine's wake-ups vary from one to the next
-    copies += time_copies(engine, quick=args.quick, repeats=repeats)
-    side_by_side = slowdown_of(engine, repeats=3 if args.quick else 5)
-    slowdown = median_slowdown(side_by_side)
-    shapes = shape_table(in_graphs)
-    start = statistics.median(starts) if starts else 0.0
-    reference = reference_seconds(engine)
-    # the roofline fits ops as measured alone; weights evicted are the per-kind models'
-    fit = fit_samples([s for s in samples if not s.features or not s.features[-1]],
-                      buckets=3 if args.quick else 4)
-    link = fit_link(copies)
-    # per-kind models learn from ops alone and from ops inside whole models
-    kinds = fit_kinds(samples + [s.sample for s in in_graphs if s.sample], cache_bytes=cache)
-    dispatch = dispatch_seconds(samples)
-    spec = engine.cluster().devices[0]
-    path = write_calibration(args.out, engine_name=engine.name, model=spec.model,
-                             devices=engine.devices, memory_bytes=spec.memory_bytes,
-                             threads=getattr(engine, "threads", 1), fit=fit, link=link,
-                             samples=len(samples) + len(copies), kinds=kinds,
-                             link_dispatch_s=dispatch, shapes=shapes, start_s=start,
-                             reference_s=reference,
-                             host_slowdown=slowdown)
+    budget = Budget.quick() if args.quick else Budget.full()
+    if args.cases is not None:
+        budget = replace(budget, cases=args.cases, heldout=max(2, args.cases // 3),
+                         extra=min(budget.extra, args.cases))
+    calibration = calibrate(engine, budget=budget, seed=args.seed,
+                            progress=_progress(args, ""))
+    path = calibration.write(args.out)
     if args.plot:
-        _plot_fit(samples, fit, kinds, args.plot)
-    data = {"out": str(path), "plot": args.plot, "samples": len(samples) + len(copies),
-            "launch_overhead_us": fit.launch_s * 1e6, "dispatch_us": dispatch * 1e6,
-            "peak_gflops": fit.peak_flops / 1e9,
-            "memory_bandwidth_gbps": fit.bandwidth / 1e9, "fit": fit.quality,
-            "not_fitted_within_10pct": fit.poorly_fitted,
-            "kinds": {k: v.quality for k, v in kinds.items()},
-            "signatures": len(shapes), "run_start_us": start * 1e6,
-            "reference_ms": reference * 1e3, "side_by_side": side_by_side,
-            "host_slowdown": slowdown,
-            "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
-                                               "latency_us": link.latency_s * 1e6,
-                                               "fit": link.quality}}
+        _plot_heldout(calibration, args.plot)
+    data = {"out": str(path), "plot": args.plot, **calibration.report()}
     emit(args, data, _calibration_text(data))
 
 
 def _calibration_text(d: dict[str, Any]) -> str:
     lines = [f"calibrated {d['samples']} measurements -> {d['out']}",
-             f"  peak {d['peak_gflops']:.1f} GFLOP/s, memory {d['memory_bandwidth_gbps']:.1f} "
-             f"GB/s, launch {d['launch_overhead_us']:.2f} us per op, executor dispatch "
-             f"{d['dispatch_us']:.2f} us per op",
-             "  fit error per op class (relative): median / 90th percentile"]
-    for c, q in d["fit"].items():
-        lines.append(f"    {c:<14} {q['median']:6.1%} / {q['p90']:6.1%}  ({q['samples']} ops)")
+             f"  roofline: peak {d['peak_gflops']:.1f} GFLOP/s, memory "
+             f"{d['memory_bandwidth_gbps']:.1f} GB/s, launch {d['launch_overhead_us']:.2f} us "
+             f"per op; executor dispatch {d['dispatch_us']:.2f} us per op"]
     if d["link"]:
         k = d["link"]
         lines.append(f"  link {k['bandwidth_gbps']:.1f} GB/s + {k['latency_us']:.1f} us "
                      f"(median error {k['fit']['median']:.1%})")
-    if d["not_fitted_within_10pct"]:
-        lines.append("  the roofline does not fit within 10%: "
-                     + ", ".join(d["not_fitted_within_10pct"])
-                     + "; per-kind models (FLOPs, bytes, windows, batched products, weights "
-                       "from memory) instead:")
-        for k, q in d["kinds"].items():
-            lines.append(f"    {k:<26} {q['median']:6.1%} / {q['p90']:6.1%}  "
-                         f"({q['samples']} ops)")
-    lines.append(f"  {d['signatures']} op signatures timed inside whole zoo models at two "
-                 f"batch sizes (interpolated in batch for ops of the same signature); "
+    overall = d["heldout_overall"]
+    if overall:
+        lines.append(f"  {d['kinds_fitted']} op-time models; error on {overall['samples']} "
+                     f"held-out ops the fit never saw: median {overall['median']:.1%}, "
+                     f"90th percentile {overall['p90']:.1%}")
+    lines.append(f"    {'kind':<28} {'median':>7} {'p90':>7} {'worst':>7} {'ops':>5}")
+    for kind, q in d["heldout"].items():
+        lines.append(f"    {kind:<28} {q['median']:7.1%} {q['p90']:7.1%} {q['worst']:7.1%} "
+                     f"{q['samples']:5d}")
+    lines.append(f"  {d['signatures']} op signatures timed inside whole zoo models "
+                 f"(interpolated in batch for ops of the same signature); "
                  f"{d['run_start_us']:.1f} us before a run's first op; reference graph "
                  f"(ResNet-50, batch 1) {d['reference_ms']:.1f} ms")
     if d["side_by_side"]:
@@ -134,27 +81,24 @@ def _calibration_text(d: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _plot_fit(samples: list[Sample], fit: Fit, kinds: dict[str, KindFit], path: str) -> None:
-    """Measured against the model the cost model uses for each op: its kind's where
-    calibration fitted one, the roofline otherwise."""
+def _plot_heldout(calibration: Calibration, path: str) -> None:
+    """Each kind's held-out error: median and 90th percentile, on ops the fit never saw."""
     from matplotlib.figure import Figure
 
     from workloads.io import write_figure
 
-    ops = [s for s in samples if s.op_class not in ("copy", "dispatch")]
-    fig = Figure(figsize=(6, 5))
+    kinds = sorted(calibration.heldout, key=lambda k: calibration.heldout[k].median)
+    fig = Figure(figsize=(7, max(3.0, 0.18 * len(kinds))))
     ax = fig.add_subplot()
-    for c in sorted({s.op_class for s in ops}):
-        mine = [s for s in ops if s.op_class == c]
-        model = [kinds[s.kind].predict(s) if s.kind in kinds else fit.predict(s)
-                 for s in mine]
-        ax.scatter([s.seconds for s in mine], model, s=10, label=c)
-    low = min(s.seconds for s in ops)
-    high = max(s.seconds for s in ops)
-    ax.plot([low, high], [low, high], color="grey", linewidth=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="fitted model (s)",
-           title="calibration: measured vs fitted")
-    ax.legend(fontsize=8)
+    y = range(len(kinds))
+    ax.barh(y, [calibration.heldout[k].p90 * 100 for k in kinds], color="#c7d7ea",
+            label="90th percentile")
+    ax.barh(y, [calibration.heldout[k].median * 100 for k in kinds], color="#2b6cb0",
+            label="median")
+    ax.set_yticks(list(y), kinds, fontsize=6)
+    ax.set(xlabel="relative error on held-out ops (%)",
+           title=f"calibration of {calibration.engine}: error on ops the fit never saw")
+    ax.legend(fontsize=7)
     write_figure(fig, path)
 
 

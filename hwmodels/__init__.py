@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from workloads.lazy import attach
 
 if TYPE_CHECKING:
+    from hwmodels.calibrated import CalibratedCost
     from hwmodels.collectives import (
         all_gather_time,
         reduce_scatter_time,
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     )
     from hwmodels.cost import (
         COST_MODELS,
-        CalibratedCost,
         CostModel,
         RooflineCost,
         TableCost,
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from hwmodels.toml_io import HardwareFile, dump, dumps, loads
 
 _WHERE = {
-    "COST_MODELS": "cost", "CalibratedCost": "cost", "Cluster": "spec", "CostModel": "cost",
+    "COST_MODELS": "cost", "CalibratedCost": "calibrated", "Cluster": "spec", "CostModel": "cost",
     "DEVICE_KINDS": "spec", "Device": "spec", "HardwareFile": "toml_io", "Hop": "spec",
     "Link": "spec", "RooflineCost": "cost", "TableCost": "cost",
     "all_gather_time": "collectives", "dump": "toml_io", "dumps": "toml_io",

@@ -29,9 +29,9 @@ from workloads.registry import Registry
 #: Op -> device name, or device indices in ``graph.arrays`` order.
 Placement = Mapping[str, str] | np.ndarray
 
-__all__ = ["COST_MODELS", "CalibratedCost", "CostModel", "RooflineCost", "TableCost",
-           "KIND_FEATURES", "interpolate", "kind_features", "kind_key", "make_cost_model",
-           "op_batch", "op_signature", "weight_bytes", "window_positions"]
+__all__ = ["COST_MODELS", "CostModel", "RooflineCost", "TableCost", "interpolate",
+           "kind_key", "make_cost_model", "op_batch", "op_signature", "weight_bytes",
+           "window_positions"]
 
 
 class CostModel(ABC):
@@ -58,6 +58,15 @@ class CostModel(ABC):
     @abstractmethod
     def op_time(self, op: Op, device: str) -> float:
         """Seconds ``op`` takes on the device named ``device``."""
+
+    #: What priced an op, for a model with one source (:meth:`sources`).
+    source_name: str = "model"
+
+    def sources(self, graph: Graph, placement: Placement) -> list[str]:
+        """Which source priced each op of :meth:`op_times` (a model with several, such as
+        the calibrated one, overrides this): the simulator reports how many ops and what
+        share of the time each source priced."""
+        return [self.source_name] * len(graph.arrays.names)
 
     def op_times(self, graph: Graph, placement: Placement) -> list[float]:
         """:meth:`op_time` of every op on its placed device, in ``graph.arrays`` order.
@@ -116,6 +125,8 @@ class RooflineCost(CostModel):
     >>> cost.op_time(fc, "gpu0") < cost.op_time(fc, "cpu0")
     True
     """
+
+    source_name = "roofline"
 
     def spec(self, device: str) -> Device:
         """The spec the roofline uses for ``device`` (overridden by calibration)."""
@@ -203,30 +214,6 @@ def window_positions(op: Op) -> int:
     return int(kernel[0] * kernel[1]) if kernel else 0
 
 
-#: What a per-kind time model is linear in: a constant (launch), FLOPs, bytes moved, kernel
-#: positions, bytes beyond the last-level cache, bytes a windowed kernel gathers, batched
-#: products it runs, and weight bytes read from memory rather than cache.
-KIND_FEATURES = ("launch", "flops", "bytes", "windows", "far_bytes", "window_bytes",
-                 "items", "cold_bytes")
-
-
-def kind_features(op: Op, cache_bytes: float, cold_bytes: float = 0.0) -> tuple[float, ...]:
-    """``op``'s values of :data:`KIND_FEATURES` (``cold_bytes``: its weight bytes that a
-    run reads from memory, 0 where they stay cached).
-
-    >>> from workloads.op import Tensor
-    >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (256,)),), flops=256,
-    ...           bytes_read=1024, bytes_written=1024)
-    >>> kind_features(relu, cache_bytes=1024)
-    (1.0, 256.0, 2048.0, 0.0, 1024.0, 0.0, 0.0, 0.0)
-    """
-    moved = float(op.bytes_read + op.bytes_written)
-    elements, items = window_work(op)
-    return (1.0, float(op.flops), moved, float(window_positions(op)),
-            max(moved - cache_bytes, 0.0), float(elements * DTYPE_BYTES[op.dtype]),
-            float(items), float(cold_bytes))
-
-
 #: Attributes that change what a kernel does (the signature keeps them; names and
 #: bookkeeping differ between ops that cost the same).
 _KERNEL_ATTRS = ("kernel", "stride", "padding", "groups", "axis", "axes", "perm", "bias",
@@ -295,138 +282,6 @@ def weight_bytes(graph: Graph, op: Op) -> int:
     return read
 
 
-class CalibratedCost(RooflineCost):
-    """The roofline over calibrated specs: a device whose catalog model has an entry in the
-    calibration file (the device TOML that calibration writes) uses that entry's peaks,
-    bandwidth, launch overhead and efficiencies; other devices keep their catalog spec.
-    Where the file holds a per-kind model (``[[measured]]``, fitted where the roofline does
-    not fit an op class), an fp32 op of that kind takes ``launch + s_per_gflop * GFLOPs +
-    s_per_gb * GB + us_per_window * windows + s_per_gb_beyond_cache * GB beyond cache_mib
-    + s_per_gb_windowed * GB a windowed kernel gathers + us_per_item * batched products +
-    s_per_gb_cold * GB of weights read from memory`` instead; and where it holds times
-    measured for ops of the same signature (:func:`op_signature`) at other batch sizes
-    inside whole graphs (``[[measured_shape]]``), the op takes their interpolation in
-    batch (:func:`interpolate`) before either model; where it holds the executor's delay
-    before a run's first op (``[run] start_us``), each device's first source op takes it.
-    Weights count as read from
-    memory (``cold``) when the weights on the op's device in the simulated graph exceed
-    the cache (:meth:`op_times`; :meth:`op_time`, which sees one op, takes them as cached).
-    """
-
-    def __init__(self, cluster: Cluster, file: str | Path) -> None:
-        from hwmodels.toml_io import load
-
-        super().__init__(cluster)
-        self._kinds, self._shapes, self._start = _measured(file)
-        calibrated = load(file).devices
-        if not calibrated:
-            raise HardwareSpecError(f"{file}: expected at least one [[device]], got none")
-        self._specs = {d.name: calibrated[d.model].instance(d.name)
-                       for d in cluster.devices if d.model in calibrated}
-        if not self._specs:
-            raise HardwareSpecError(
-                f"{file}: calibrates {', '.join(calibrated)}, but cluster {cluster.name!r} "
-                f"has only {', '.join(sorted({d.model for d in cluster.devices}))}")
-
-    @classmethod
-    def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
-        if file is None:
-            raise HardwareSpecError("cost model calibrated: needs a calibration file, "
-                                    "got none")
-        return cls(cluster, file)
-
-    def spec(self, device: str) -> Device:
-        return self._specs.get(device) or self.cluster.device(device)
-
-    def op_time(self, op: Op, device: str) -> float:
-        return self._time(op, device, 0, op_batch(op))
-
-    def source(self, op: Op, device: str, batch: int) -> str:
-        """Which model times ``op`` on ``device`` at ``batch``: ``"shape table"``,
-        ``"kind model"`` or ``"roofline"``."""
-        model = self.spec(device).model
-        if self._table(model, op, batch) is not None:
-            return "shape table"
-        if (model, kind_key(op)) in self._kinds and op.dtype == "fp32":
-            return "kind model"
-        return "roofline"
-
-    def _table(self, model: str, op: Op, batch: int
-               ) -> tuple[tuple[int, ...], tuple[float, ...]] | None:
-        """The times measured for ``op``'s signature, if they speak for ``batch`` (one
-        batch measured says nothing of another: the per-kind model then)."""
-        if not self._shapes:
-            return None
-        measured = self._shapes.get((model, op_signature(op, batch)))
-        if measured is None or (len(measured[0]) == 1 and batch not in measured[0]):
-            return None
-        return measured
-
-    def _time(self, op: Op, device: str, cold_bytes: int, batch: int) -> float:
-        model = self.spec(device).model
-        measured = self._table(model, op, batch)
-        if measured is not None:
-            return interpolate(*measured, batch)
-        fit = self._kinds.get((model, kind_key(op)))
-        if fit is None or op.dtype != "fp32":
-            return super().op_time(op, device)
-        coefficients, cache = fit
-        features = kind_features(op, cache, cold_bytes if cold_bytes <= cache else 0)
-        return float(np.dot(coefficients, features))
-
-    def op_times(self, graph: Graph, placement: Placement) -> list[float]:
-        if not self._kinds and not self._shapes and not self._start:
-            return super().op_times(graph, placement)
-        names = self.cluster.device_names
-        where = [names[d] for d in placement.tolist()] if isinstance(
-            placement, np.ndarray) else [placement[n] for n in graph.arrays.names]
-        ops = [graph.op(n) for n in graph.arrays.names]
-        weights = [weight_bytes(graph, op) for op in ops]
-        held: dict[str, int] = {}  # each device's weights, each tensor once
-        for op, device in zip(ops, where, strict=True):
-            own = op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
-            held[device] = held.get(device, 0) + own
-        caches = {d: max((c for (m, _), (_, c) in self._kinds.items()
-                          if m == self.spec(d).model), default=0) for d in held}
-        batches = [op_batch(op, graph) for op in ops]
-        times = [self._time(op, device, read if held[device] > caches[device] else 0, batch)
-                 for op, device, read, batch in zip(ops, where, weights, batches, strict=True)]
-        started: set[str] = set()
-        for i, (op, device) in enumerate(zip(ops, where, strict=True)):
-            if not op.inputs and device not in started:  # the executor wakes the device
-                started.add(device)
-                times[i] += self._start
-        return times
-
-
-def _measured(file: str | Path) -> tuple[
-        dict[tuple[str, str], tuple[tuple[float, ...], float]],
-        dict[tuple[str, str], tuple[tuple[int, ...], tuple[float, ...]]], float]:
-    """(device model, kind) -> (coefficients of :data:`KIND_FEATURES` in seconds per unit,
-    cache bytes); (device model, signature) -> (batches, seconds), sorted by batch; the
-    executor's delay before a run's first op, seconds."""
-    from hwmodels.schema import HardwareDocument
-    from workloads.io import read_text
-    from workloads.schema import load_toml, validate
-
-    text = read_text(file, HardwareSpecError, "hardware file")
-    doc = validate(HardwareDocument, load_toml(text, source=str(file),
-                                               error=HardwareSpecError),
-                   source=str(file), error=HardwareSpecError)
-    kinds: dict[tuple[str, str], tuple[tuple[float, ...], float]] = {
-        (m.model, m.kind): ((m.launch_us * 1e-6, m.s_per_gflop * 1e-9, m.s_per_gb * 1e-9,
-                                  m.us_per_window * 1e-6, m.s_per_gb_beyond_cache * 1e-9,
-                                  m.s_per_gb_windowed * 1e-9, m.us_per_item * 1e-6,
-                                  m.s_per_gb_cold * 1e-9), m.cache_mib * 2**20)
-        for m in doc.measured}
-    shapes = {}
-    for m in doc.measured_shape:
-        pairs = sorted(zip(m.batches, m.us, strict=True))
-        shapes[m.model, m.signature] = (tuple(b for b, _ in pairs),
-                                        tuple(t * 1e-6 for _, t in pairs))
-    return kinds, shapes, (doc.run.start_us * 1e-6 if doc.run else 0.0)
-
-
 class TableCost(CostModel):
     """Explicit times: ``op_times[op][device]`` seconds and, for a tensor crossing devices,
     ``transfer_times[tensor]`` seconds (any pair of distinct devices, as in the scheduling
@@ -446,6 +301,8 @@ class TableCost(CostModel):
     >>> [cost.tensor_transfer_time("a", 4, "p1", q) for q in ("p2", "p1")]
     [5.0, 0.0]
     """
+
+    source_name = "table"
 
     def __init__(self, cluster: Cluster, op_times: Mapping[str, Mapping[str, float]],
                  transfer_times: Mapping[str, float] | None = None) -> None:
@@ -500,10 +357,11 @@ class TableCost(CostModel):
         return super().mean_transfer_time(tensor, nbytes, devices)
 
 
-COST_MODELS: Registry[type[CostModel]] = Registry("cost model", "placelab.cost_models")
+COST_MODELS: Registry[type[CostModel]] = Registry(
+    "cost model", "placelab.cost_models",
+    builtins={"calibrated": "hwmodels.calibrated:CalibratedCost"})
 COST_MODELS.register("roofline", RooflineCost)
 COST_MODELS.register("table", TableCost)
-COST_MODELS.register("calibrated", CalibratedCost)
 
 
 def make_cost_model(name: str, cluster: Cluster, file: str | Path | None = None) -> CostModel:

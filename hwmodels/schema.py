@@ -14,7 +14,8 @@ from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
 from workloads.schema import Schema
 
 __all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
-           "CostTableDocument", "HardwareDocument", "LinkTable", "MeasuredKind", "SlotTable"]
+           "CostTableDocument", "HardwareDocument", "LinkTable", "PredictorKind",
+           "PredictorTable", "SlotTable"]
 
 #: Memory above this many GiB would overflow an int64 of bytes.
 MAX_MEMORY_GIB = 2**32
@@ -65,27 +66,38 @@ class ClusterTable(Schema):
         default_factory=dict)
 
 
-class MeasuredKind(Schema):
-    """A per-kind time model calibration fitted where the roofline does not fit:
-    ``launch + s_per_gflop * GFLOPs + s_per_gb * GB moved + us_per_window * windows +
-    s_per_gb_beyond_cache * GB beyond cache_mib + s_per_gb_windowed * GB gathered by a
-    windowed kernel + us_per_item * batched products + s_per_gb_cold * GB of weights read
-    from memory``."""
+class PredictorKind(Schema):
+    """One op kind's (or op class's, ``class:<op_class>``) fitted utilisation model."""
+
+    key: Name
+    launch_us: NonNegative
+    samples: Annotated[int, Field(ge=1)]
+    heldout_median: NonNegative = 0.0
+    heldout_p90: NonNegative = 0.0
+    heldout_worst: NonNegative = 0.0
+    heldout_samples: Annotated[int, Field(ge=0)] = 0
+    format: Literal["lightgbm-text/zlib/base64"]
+    model: Name
+
+
+class PredictorTable(Schema):
+    """The fitted op-time models of one device model (``hwmodels.predictor``), the cache
+    sizes their features read, and the roofline their utilisations are fractions of (the
+    device's own spec where it is not given)."""
 
     model: Name
-    kind: Name
-    launch_us: NonNegative
-    s_per_gflop: NonNegative = 0.0
-    s_per_gb: NonNegative = 0.0
-    us_per_window: NonNegative = 0.0
-    s_per_gb_beyond_cache: NonNegative = 0.0
-    s_per_gb_windowed: NonNegative = 0.0
-    us_per_item: NonNegative = 0.0
-    s_per_gb_cold: NonNegative = 0.0
-    cache_mib: NonNegative = 0.0
-    median_error: NonNegative = 0.0
-    p90_error: NonNegative = 0.0
-    samples: Annotated[int, Field(ge=1)] = 1
+    caches_kib: Annotated[list[Positive], Field(min_length=3, max_length=3)]
+    peak_tflops: dict[str, Positive] = Field(default_factory=dict)
+    memory_bandwidth_gbps: NonNegative = 0.0
+    kind: list[PredictorKind] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> PredictorTable:
+        keys = [k.key for k in self.kind]
+        if len(set(keys)) != len(keys):
+            twice = sorted({k for k in keys if keys.count(k) > 1})
+            raise ValueError(f"kind keys must be unique, got {', '.join(twice)} twice")
+        return self
 
 
 class MeasuredShape(Schema):
@@ -122,7 +134,7 @@ class HardwareDocument(Schema):
     cluster: list[ClusterTable] = Field(default_factory=list)
     #: Where a calibrated file came from (machine, date, engine, versions, fit quality).
     calibration: dict[str, Any] | None = None
-    measured: list[MeasuredKind] = Field(default_factory=list)
+    predictor: list[PredictorTable] = Field(default_factory=list)
     measured_shape: list[MeasuredShape] = Field(default_factory=list)
     run: RunTable | None = None
 

@@ -1,7 +1,8 @@
 """runtime: real execution of the same Plan the simulator evaluates.
 
 Engines expose their devices as a ``hwmodels.Cluster`` (NumPy: logical CPU devices on
-worker threads; CuPy: GPUs), one kernel library written against the array API runs on both,
+worker threads; CuPy: GPUs; PyTorch, with its own kernels: either), one kernel library
+written against the array API runs on NumPy and CuPy (and on torch where it has no kernel),
 and :func:`execute` interprets a Plan into a measured Trace, makespan and peak memory.
 
 >>> from runtime import NumpyEngine
@@ -20,12 +21,14 @@ if TYPE_CHECKING:
     from runtime.engine import Engine, EngineUnavailable, NumpyEngine
     from runtime.executor import RunResult, execute, make_inputs
     from runtime.kernels import KERNELS, run_kernel
+    from runtime.torch_engine import TorchEngine
 
 _WHERE = {"CupyEngine": "cupy_engine", "Engine": "engine", "EngineUnavailable": "engine",
           "NumpyEngine": "engine", "RunResult": "executor", "execute": "executor",
-          "make_inputs": "executor", "KERNELS": "kernels", "run_kernel": "kernels"}
+          "make_inputs": "executor", "KERNELS": "kernels", "run_kernel": "kernels",
+          "TorchEngine": "torch_engine"}
 
 __all__ = ["KERNELS", "CupyEngine", "Engine", "EngineUnavailable", "NumpyEngine",
-           "RunResult", "execute", "make_inputs", "run_kernel"]
+           "RunResult", "TorchEngine", "execute", "make_inputs", "run_kernel"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

@@ -5,7 +5,8 @@ An engine owns the array namespace its kernels use, moves arrays between its dev
 the host, and times what it runs. :class:`NumpyEngine` splits this machine's cores into
 ``k`` logical CPU devices, each a worker thread with its share of the BLAS threads
 (threadpoolctl), so a plan spread over two logical devices really runs in parallel on two
-cores. The CuPy engine lives in :mod:`runtime.cupy_engine`.
+cores. The CuPy engine lives in :mod:`runtime.cupy_engine`, the PyTorch engine (its own
+kernels, on CPU and CUDA) in :mod:`runtime.torch_engine`.
 """
 
 from __future__ import annotations
@@ -14,18 +15,25 @@ import contextlib
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from hwmodels.registry import get_device
 from hwmodels.spec import Cluster, Device, Link
 from workloads.errors import PlacelabError
+from workloads.registry import Registry
 
-__all__ = ["Engine", "EngineUnavailable", "NumpyEngine"]
+if TYPE_CHECKING:
+    from runtime.training import Call
+    from workloads.graph import Graph
+    from workloads.op import Op
+
+__all__ = ["ENGINES", "Engine", "EngineUnavailable", "NumpyEngine", "calibrated_cluster",
+           "host_cluster", "make_engine"]
 
 
 class EngineUnavailable(PlacelabError):
@@ -62,6 +70,25 @@ class Engine(ABC):
     def to_host(self, array: Any) -> np.ndarray:
         return np.asarray(array)
 
+    def libraries(self) -> dict[str, str]:
+        """The versions of the libraries whose kernels the engine runs (a machine's
+        fingerprint holds them: a new BLAS times ops anew)."""
+        return {"numpy": np.__version__}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies this machine for the engine's measurements: the CPU model, the
+        cores this process may use, and :meth:`libraries`."""
+        return {"cpu": cpu_model(), "cores": _cores(), "libraries": self.libraries()}
+
+    def bind(self, graph: Graph, op: Op) -> Call:
+        """The call the executor makes for ``op``: the array-API kernel library by default
+        (an engine with kernels of its own overrides this). An op no kernel runs is refused
+        here, before anything runs."""
+        from runtime.training import bind, check_trainable
+
+        check_trainable(graph, op)
+        return bind(graph, op)
+
     def synchronize(self, device: str) -> None:  # noqa: B027  (an optional hook)
         """Wait until ``device`` has finished what was issued to it (a no-op on CPUs)."""
 
@@ -77,6 +104,19 @@ class Engine(ABC):
 
     def now(self) -> float:
         return time.perf_counter()
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (Linux ``/proc/cpuinfo``, else the platform's)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
 
 
 def _cores() -> int:
@@ -120,38 +160,9 @@ class NumpyEngine(Engine):
     @cached_property
     def _cluster(self) -> Cluster:
         if self.calibration is not None:
-            return self._calibrated(self.calibration)
-        ref = get_device("xeon-8380")
-        share = self.threads / 40  # the reference has 40 cores
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // self.count
-        spec = Device("host-cpu", "cpu", {k: v * share for k, v in ref.peak.items()},
-                      int(memory), ref.memory_bandwidth * share,
-                      launch_overhead_s=ref.launch_overhead_s, efficiency=ref.efficiency,
-                      description=f"a {self.threads}-core share of this machine "
-                                  f"(uncalibrated: the Xeon 8380's per-core figures)")
-        devices = tuple(spec.instance(d) for d in self.devices)
-        links = tuple(Link(a, b, 10e9, 5e-6) for i, a in enumerate(self.devices)
-                      for b in self.devices[i + 1:])
-        return Cluster(f"numpy-{self.count}", devices, links,
-                       hosts=dict.fromkeys(self.devices, "localhost"))
-
-    def _calibrated(self, path: str | Path) -> Cluster:
-        """The cluster ``placelab calibrate`` measured: its ``host-cpu`` device in every slot
-        and its link between any two (the file must be for this many devices)."""
-        from hwmodels.toml_io import load
-
-        found = load(path)
-        spec = found.devices.get("host-cpu")
-        cluster = next(iter(found.clusters.values()), None)
-        if spec is None or cluster is None:
-            raise PlacelabError(f"{path}: expected a calibration of the cpu engine (a device "
-                                f"'host-cpu' and its cluster), got devices "
-                                f"{sorted(found.devices)}")
-        if len(cluster.devices) != self.count:
-            raise PlacelabError(f"{path}: calibrated for {len(cluster.devices)} devices, "
-                                f"expected {self.count} (calibrate with --devices "
-                                f"{self.count})")
-        return cluster
+            return calibrated_cluster(self.calibration, engine=self.name, model="host-cpu",
+                                      count=self.count)
+        return host_cluster("host-cpu", f"numpy-{self.count}", self.devices, self.threads)
 
     def cluster(self) -> Cluster:
         return self._cluster
@@ -176,6 +187,47 @@ class NumpyEngine(Engine):
             yield
 
 
+def host_cluster(model: str, name: str, devices: tuple[str, ...], threads: int) -> Cluster:
+    """Uncalibrated logical CPU devices of this machine: each a ``threads``-core share of
+    it (the catalog's Xeon 8380 scaled to its share of cores and bandwidth, an equal share
+    of the memory), named ``model``; links between them are memory copies (an assumed
+    10 GB/s and 5 us until ``placelab calibrate`` measures them); all on host ``localhost``.
+
+    >>> host_cluster("host-cpu", "numpy-2", ("cpu0", "cpu1"), 1).links[0].bandwidth
+    10000000000.0
+    """
+    ref = get_device("xeon-8380")
+    share = threads / 40  # the reference has 40 cores
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(devices)
+    spec = Device(model, "cpu", {k: v * share for k, v in ref.peak.items()},
+                  int(memory), ref.memory_bandwidth * share,
+                  launch_overhead_s=ref.launch_overhead_s, efficiency=ref.efficiency,
+                  description=f"a {threads}-core share of this machine "
+                              f"(uncalibrated: the Xeon 8380's per-core figures)")
+    slots = tuple(spec.instance(d) for d in devices)
+    links = tuple(Link(a, b, 10e9, 5e-6) for i, a in enumerate(devices)
+                  for b in devices[i + 1:])
+    return Cluster(name, slots, links, hosts=dict.fromkeys(devices, "localhost"))
+
+
+def calibrated_cluster(path: str | Path, *, engine: str, model: str, count: int) -> Cluster:
+    """The cluster ``placelab calibrate`` measured on engine ``engine``: its device
+    ``model`` in every slot and its link between any two. The file must hold a device of
+    that model (a calibration of another engine does not) and be for ``count`` devices."""
+    from hwmodels.toml_io import load
+
+    found = load(path)
+    spec = found.devices.get(model)
+    cluster = next(iter(found.clusters.values()), None)
+    if spec is None or cluster is None:
+        raise PlacelabError(f"{path}: expected a calibration of the {engine} engine (a device "
+                            f"{model!r} and its cluster), got devices {sorted(found.devices)}")
+    if len(cluster.devices) != count:
+        raise PlacelabError(f"{path}: calibrated for {len(cluster.devices)} devices, "
+                            f"expected {count} (calibrate with --devices {count})")
+    return cluster
+
+
 @contextlib.contextmanager
 def _madvise_hugepage(enabled: bool) -> Iterator[None]:
     """NumPy's huge-page advice for large arrays set to ``enabled``, restored on exit (a
@@ -190,3 +242,21 @@ def _madvise_hugepage(enabled: bool) -> Iterator[None]:
         yield
     finally:
         switch(before)
+
+
+#: Engines by name (third-party engines: entry point group ``placelab.engines``); each is
+#: built as ``cls(devices=k)``.
+ENGINES: Registry[type[Engine]] = Registry("engine", "placelab.engines", builtins={
+    "cpu": "runtime.engine:NumpyEngine", "gpu": "runtime.cupy_engine:CupyEngine",
+    "torch": "runtime.torch_engine:TorchEngine",
+    "torch-cuda": "runtime.torch_engine:TorchCudaEngine"})
+
+
+def make_engine(name: str, devices: int = 1) -> Engine:
+    """The registered engine ``name`` with ``devices`` logical devices.
+
+    >>> make_engine("cpu", 2).devices
+    ('cpu0', 'cpu1')
+    """
+    factory: Callable[..., Engine] = ENGINES.get(name)
+    return factory(devices=devices)

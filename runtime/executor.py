@@ -30,7 +30,7 @@ import numpy as np
 from policies.plans import Plan, Transfer
 from runtime.engine import Engine
 from runtime.resident import STAGED, numpy_dtype, parameters, place_resident, resident_key
-from runtime.training import UPDATES, Call, bind, check_trainable
+from runtime.training import UPDATES, Call
 from workloads.errors import PlacelabError
 from workloads.graph import Graph
 from workloads.io import write_text_atomic
@@ -130,8 +130,7 @@ def _bind_all(plan: Plan, engine: Engine) -> dict[str, Call]:
     for op in plan.graph:
         numpy_dtype(op.dtype)
         if op.kind not in STAGED:
-            check_trainable(plan.graph, op)
-            calls[op.name] = bind(plan.graph, op)
+            calls[op.name] = engine.bind(plan.graph, op)
     return calls
 
 

@@ -1,14 +1,19 @@
-"""Microbenchmarks for calibration: ops of every class the cost model costs, over the sizes
-and shapes the zoo uses, timed on one logical device of an engine through the same kernels
-the executor calls; and copies between two logical devices over a range of sizes.
+"""Microbenchmarks for calibration, timed on one logical device of an engine through the
+same executor and kernels plans run on: random op configurations (:mod:`runtime.sampling`),
+whole zoo models (each op in context), and copies between two logical devices.
 
-Each case is timed ``warmup`` times unmeasured and ``repeats`` times measured; its time is
-the median. Calibration fits the cost model to these times; validation uses models and
-shapes calibration never timed.
+A graph is run ``warmup`` times unmeasured, then at least ``repeats`` times and at least
+``min_seconds`` in all; an op's time is the median of how long it kept its device busy
+(its kernel, releasing its inputs, dispatching the next op). Calibration fits the cost
+model to these times; validation uses graphs whose ops calibration never timed.
 
->>> cases = benchmark_cases(quick=True)
->>> sorted({c.op_class for c in cases})
-['conv', 'data_movement', 'elementwise', 'matmul', 'reduction']
+>>> from runtime import NumpyEngine
+>>> from runtime.sampling import draw
+>>> import numpy as np
+>>> timed, gaps = time_cases(NumpyEngine(), [draw("relu", np.random.default_rng(0))],
+...                          repeats=2, min_seconds=0.0)
+>>> timed[0][0].key in {"relu", "backward:relu", "softmax"}, timed[0][0].seconds > 0
+(True, True)
 """
 
 from __future__ import annotations
@@ -17,45 +22,31 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from functools import partial
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hwmodels.cost import kind_features, kind_key, weight_bytes, window_positions
+from hwmodels.cost import weight_bytes
+from hwmodels.predictor import DEFAULT_CACHES, OpSample
 from runtime.engine import Engine
 from workloads.builder import GraphBuilder
 from workloads.graph import Graph
-from workloads.op import Op
 
 if TYPE_CHECKING:
     from policies.plans import Plan
+    from runtime.executor import RunResult
+    from runtime.sampling import Config
 
-__all__ = ["Case", "Sample", "ShapeSample", "benchmark_cases", "calibration_graphs",
-           "median_time", "pinned", "reference_seconds", "time_copies", "time_graphs",
-           "time_ops"]
+__all__ = ["Sample", "ShapeSample", "calibration_graphs", "cold_weights", "median_time",
+           "pinned", "reference_seconds", "time_cases", "time_copies", "time_graphs"]
 
-
-@dataclass(frozen=True)
-class Case:
-    """One op of a small graph to time (its inputs are the graph's tensors it reads)."""
-
-    label: str
-    graph: Graph
-    op: Op
-    #: Whether the op runs among copies of itself with weights of their own, so that its
-    #: weights come from memory, as in a model larger than the cache.
-    cold: bool = False
-
-    @property
-    def op_class(self) -> str:
-        return self.op.op_class
+Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
 
 @dataclass(frozen=True)
 class Sample:
-    """A measured time: of an op (its kind key, class, FLOPs, bytes moved and window
-    positions) or of a copy."""
+    """A measured time of an op (its class, FLOPs and bytes moved), a copy (``copy``) or
+    the executor's idle time between two ops (``dispatch``)."""
 
     label: str
     op_class: str
@@ -63,22 +54,22 @@ class Sample:
     nbytes: float
     seconds: float
     dtype: str = "fp32"
-    kind: str = ""
-    windows: float = 0.0
-    #: The op's :data:`hwmodels.cost.KIND_FEATURES` (empty for copies and gaps).
-    features: tuple[float, ...] = ()
+
+    @classmethod
+    def of(cls, s: OpSample) -> Sample:
+        return cls(s.key, s.op_class, s.flops, s.moved, s.seconds, s.dtype)
 
 
 @dataclass(frozen=True)
 class ShapeSample:
     """How long an op of one signature kept its device busy inside a whole graph run at
-    ``batch``; ``sample``, the same time with the op's features, for the per-kind models."""
+    ``batch``; ``sample``, the same time with what the predictor reads of the op."""
 
     kind: str
     signature: str
     batch: int
     seconds: float
-    sample: Sample | None = None
+    sample: OpSample | None = None
 
 
 def pinned(graph: Graph, engine: Engine, where: Mapping[str, str] | None = None) -> Plan:
@@ -97,150 +88,6 @@ def pinned(graph: Graph, engine: Engine, where: Mapping[str, str] | None = None)
     devices = list(dict.fromkeys(where[n] for n in order))
     return Plan(graph, where, {d: [n for n in order if where[n] == d] for d in devices},
                 cluster=cluster.name, cluster_hash=cluster.definition_hash)
-
-
-def _case(label: str, build: Callable[[GraphBuilder, str], str],
-          shape: tuple[int, ...], dtype: str = "fp32") -> Case:
-    b = GraphBuilder(label, dtype)
-    out = build(b, b.input(shape))
-    g = b.build()
-    return Case(label, g, g.op(out))
-
-
-def _linear(b: GraphBuilder, x: str, n: int) -> str:
-    return b.linear(x, n)
-
-
-def _conv(b: GraphBuilder, x: str, c: int, k: tuple[int, int], s: tuple[int, int],
-          p: tuple[int, int]) -> str:
-    return b.conv2d(x, c, k, stride=s, padding=p)
-
-
-def _gemms(quick: bool) -> Iterable[Case]:
-    sizes = (64, 256, 1024) if quick else (32, 128, 512, 2048)
-    rows = (1, 2, 8) if quick else (1, 2, 4, 16)
-    wide = ((256, 1024), (1024, 256), (2048, 2048), (4096, 4096)) + (
-        () if quick else ((8192, 4096), (1024, 8192)))
-    for m in rows:  # batch-sized rows: bound by reading the weights, some beyond the caches
-        for k, n in wide:
-            yield _case(f"linear {m}x{k}x{n}", partial(_linear, n=n), (m, k))
-    for m in sizes:
-        for k in sizes:
-            for n in sizes:
-                if quick and len({m, k, n}) == 3:
-                    continue
-                yield _case(f"linear {m}x{k}x{n}", partial(_linear, n=n), (m, k))
-    for m in ((1024,) if quick else (512, 2048)):
-        yield _case(f"linear fp64 {m}", partial(_linear, n=m), (m, m), "fp64")
-
-
-def _convs(quick: bool) -> Iterable[Case]:
-    """Distinct convolution shapes of the zoo's ResNet-50 (batch 1) and LeNet-5."""
-    from workloads.zoo import build_model
-
-    seen = []
-    for model, batch in (("lenet5", 8), ("resnet50", 1)):
-        g = build_model(model, batch=batch)
-        for op in g:
-            if op.kind != "conv2d":
-                continue
-            key = (g.tensor(op.inputs[0]).shape, op.output.shape[1], op.attrs["kernel"],
-                   op.attrs["stride"], op.attrs["padding"])
-            if key not in seen:
-                seen.append(key)
-    if quick:
-        seen = seen[::4]
-    for shape, cout, kernel, stride, padding in seen:
-        yield _case(f"conv {shape} -> {cout} k{kernel[0]} s{stride[0]}",
-                    partial(_conv, c=cout, k=kernel, s=stride, p=padding), shape)
-
-
-def _streams(quick: bool) -> Iterable[Case]:
-    sizes = (2**10, 2**14, 2**18, 2**22) if quick else tuple(2**e for e in range(8, 25, 2))
-    for n in sizes:
-        yield _case(f"relu {n}", lambda b, x: b.relu(x), (n,))
-        yield _case(f"tanh {n}", lambda b, x: b.tanh(x), (n,))
-        yield _case(f"add {n}", lambda b, x: b.add(x, x), (n,))
-        yield _case(f"softmax {n}", lambda b, x: b.softmax(x), (n // 256, 256))
-        yield _case(f"transpose {n}", lambda b, x: b.transpose(x, (1, 0)), (n // 64, 64))
-        side = max(int((n // 64) ** 0.5), 2)
-        yield _case(f"max_pool {n}", lambda b, x: b.max_pool2d(x, 2), (1, 64, side, side))
-        yield _case(f"max_pool k3s2 {n}", lambda b, x: b.max_pool2d(x, 3, stride=2),
-                    (1, 64, side + 1, side + 1))
-        if not quick:
-            yield _case(f"layernorm {n}", lambda b, x: b.layernorm(x), (n // 256, 256))
-            yield _case(f"concat {n}", lambda b, x: b.concat([x, x], axis=0), (n // 2,))
-
-
-def _training(quick: bool) -> Iterable[Case]:
-    """Every op of the SGD and Adam steps of two small networks (a perceptron, a CNN with
-    batch norm, pooling and a residual add) at a few sizes: forward and backward ops,
-    losses and updates, some of them larger than the caches."""
-    from workloads.training import training_graph
-
-    sizes = ((1, 96), (4, 768), (32, 256)) if quick else \
-        ((1, 96), (2, 32), (8, 128), (4, 768), (32, 512), (2, 1536))
-    for batch, width in sizes:
-        b = GraphBuilder(f"mlp{width}")
-        x = b.relu(b.linear(b.input((batch, 4 * width)), width))
-        b.softmax(b.linear(b.tanh(b.linear(x, width)), 10))
-        c = GraphBuilder(f"cnn{width}")
-        y = c.max_pool2d(c.relu(c.batchnorm(c.conv2d(c.input((batch // 2 or 1, 3, 16, 16)),
-                                                     width // 8, 3, padding=1))), 2)
-        z = c.relu(c.batchnorm(c.conv2d(y, width // 8, 3, padding=1)))
-        z = c.global_avg_pool(c.relu(c.add(y, z)))
-        c.softmax(c.linear(c.flatten(z), 10))
-        for net, optimizer in ((b.build(), "sgd"), (c.build(), "adam")):
-            step = training_graph(net, optimizer)
-            for op in step:
-                if op.op_class != "source":
-                    yield Case(f"{op.name} {net.name} b{batch}", step, op)
-
-
-def _transformer(quick: bool) -> Iterable[Case]:
-    """Every op of the Adam steps of small GPT-2-shaped decoders: embeddings, layer norms,
-    the attention's split, reshapes, transposes, batched products, scaling and softmax,
-    GELU, a tied head, and their backward ops."""
-    from workloads.training import training_graph
-    from workloads.zoo.sequence import gpt2_small
-
-    sizes = ((16, 64, 2), (64, 128, 4), (32, 256, 8)) if quick else (
-        (16, 64, 2), (64, 128, 4), (32, 256, 8), (128, 192, 4))
-    for seq, dim, heads in sizes:
-        net = gpt2_small(batch=1, seq_len=seq, layers=1, dim=dim, heads=heads, vocab=500)
-        step = training_graph(net, "adam")
-        for op in step:
-            if op.op_class != "source":
-                yield Case(f"{op.name} gpt s{seq} d{dim}", step, op)
-
-
-def _cold(cases: list[Case], cache_bytes: int) -> Iterable[Case]:
-    """Each one-op case whose weights are between an eighth of the cache and the cache
-    again, among copies of itself (each with its own weights) reading the same input:
-    together twice the cache, so each copy finds its weights evicted, as a layer of a
-    model larger than the cache does."""
-    for case in cases:
-        held = case.op.param_bytes
-        if len(case.graph) != 2 or not cache_bytes // 8 <= held <= cache_bytes:
-            continue
-        copies = min(16, -(-2 * cache_bytes // held))
-        source = case.graph.op(case.graph.producer(case.op.inputs[0]))
-        ops = [source] + [replace(case.op, name=f"{case.op.name}.{i}", outputs=tuple(
-            replace(t, name=f"{t.name}.{i}") for t in case.op.outputs))
-            for i in range(copies)]
-        graph = Graph(f"{case.graph.name} cold", ops)
-        yield from (Case(f"{case.label} cold", graph, op, cold=True) for op in ops[1:])
-
-
-def benchmark_cases(quick: bool = False, cache_bytes: int = 32 * 2**20) -> list[Case]:
-    """The ops calibration times: GEMMs over a grid of m, n, k (and batch-sized rows); the
-    zoo's convolution shapes; elementwise, reduction and layout ops over sizes from 1 KiB
-    to 64 MiB; every op of small training steps (a perceptron, a CNN, a decoder); and the
-    one-op cases with large weights again among copies of themselves (weights from
-    memory)."""
-    cases = [*_gemms(quick), *_convs(quick), *_streams(quick), *_training(quick),
-             *_transformer(quick)]
-    return cases + list(_cold(cases, cache_bytes))
 
 
 #: Zoo models calibration runs whole: (model, batches, sequence length), forward passes and,
@@ -269,30 +116,87 @@ def calibration_graphs(quick: bool = False) -> list[Graph]:
     return graphs
 
 
-def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats: int = 3,
-                seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter,
-                cache_bytes: int = 32 * 2**20) -> tuple[list[ShapeSample], list[float]]:
-    """Run each graph on the engine's first device and record how long each op kept the
-    device busy (the median over ``repeats``, more for a short graph: at least half a
-    second of runs, at most 200), under its signature and batch and with its features
-    (its weights read from memory where the graph's exceed ``cache_bytes``, as the
-    calibrated cost model takes them); and each run's delay before its first op."""
-    from hwmodels.cost import op_batch, op_signature
+def cold_weights(graph: Graph, caches: Sequence[int] = DEFAULT_CACHES) -> dict[str, int]:
+    """Per op of ``graph`` run on one device, the weight bytes it reads from memory: all
+    it reads where the graph's weights exceed the last-level cache, none otherwise (as the
+    calibrated cost model takes them)."""
+    held = sum(op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
+               for op in graph)
+    cold = held > caches[-1]
+    return {op.name: weight_bytes(graph, op) if cold else 0 for op in graph}
+
+
+def _timed(engine: Engine, graph: Graph, *, warmup: int, repeats: int, min_seconds: float,
+           seed: int) -> RunResult:
+    """``graph`` on the engine's first device: at least ``repeats`` runs and
+    ``min_seconds`` in all (at most 200 runs)."""
     from runtime.executor import execute
+
+    plan = pinned(graph, engine)
+    probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
+    runs = max(repeats, min(200, math.ceil(min_seconds / max(probe, 1e-6))))
+    return execute(plan, engine, warmup=0, repeats=runs, seed=seed)
+
+
+def _op_seconds(run: RunResult) -> dict[str, float]:
+    """Each op's busy time; the device's last op, whose busy time is its kernel alone,
+    also pays the run's median idle time between ops (what a next op would cost it)."""
+    busy = dict(run.op_busy_s)
+    gaps = _gaps(run.trace)
+    ops = run.trace[run.trace["kind"] == "compute"]
+    if gaps and len(ops):
+        last = str(ops.loc[ops["start_s"].idxmax(), "name"])
+        busy[last] = busy.get(last, 0.0) + statistics.median(gaps)
+    return busy
+
+
+def _samples(graph: Graph, seconds: Mapping[str, float], caches: Sequence[int]
+             ) -> list[OpSample]:
+    from hwmodels.cost import op_batch, op_signature
+
+    cold = cold_weights(graph, caches)
+    return [OpSample.of(op, seconds[op.name], cold_bytes=cold[op.name], caches=caches,
+                        signature=op_signature(op, op_batch(op, graph)))
+            for op in graph if op.op_class != "source" and op.name in seconds]
+
+
+def time_cases(engine: Engine, configs: Sequence[Config], *, warmup: int = 1,
+               repeats: int = 5, min_seconds: float = 0.05, seed: int = 0,
+               progress: Progress = iter, caches: Sequence[int] = DEFAULT_CACHES
+               ) -> tuple[list[tuple[OpSample, Config]], list[float]]:
+    """Build and run each configuration's graph (:func:`runtime.sampling.build`); every
+    op of it becomes a sample, paired with the configuration that made it; and the idle
+    times between consecutive ops (the executor's dispatch)."""
+    from runtime.sampling import build
+
+    out: list[tuple[OpSample, Config]] = []
+    gaps: list[float] = []
+    for config in progress(list(configs)):
+        graph = build(config)
+        run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
+                     seed=seed)
+        gaps += _gaps(run.trace)
+        out += [(s, config) for s in _samples(graph, _op_seconds(run), caches)]
+    return out, gaps
+
+
+def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats: int = 3,
+                seed: int = 0, progress: Progress = iter, min_seconds: float = 0.5,
+                caches: Sequence[int] = DEFAULT_CACHES
+                ) -> tuple[list[ShapeSample], list[float]]:
+    """Run each graph on the engine's first device and record how long each op kept the
+    device busy (the median over at least ``repeats`` runs and ``min_seconds``), under its
+    signature and batch and with what the predictor reads of it; and each run's delay
+    before its first op."""
+    from hwmodels.cost import op_batch
 
     samples, starts = [], []
     for graph in progress(graphs):
-        plan = pinned(graph, engine)
-        probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
-        runs = max(repeats, min(200, math.ceil(0.5 / max(probe, 1e-6))))
-        run = execute(plan, engine, warmup=0, repeats=runs, seed=seed)
-        cold = graph.param_bytes > cache_bytes
-        for op in graph:
-            if op.op_class != "source" and op.name in run.op_busy_s:
-                batch, seconds = op_batch(op, graph), run.op_busy_s[op.name]
-                samples.append(ShapeSample(kind_key(op), op_signature(op, batch), batch,
-                                           seconds, _sample(graph, op, seconds, cold,
-                                                            cache_bytes)))
+        run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
+                     seed=seed)
+        for s in _samples(graph, _op_seconds(run), caches):
+            batch = op_batch(graph.op(s.name), graph)
+            samples.append(ShapeSample(s.key, s.signature, batch, s.seconds, s))
         starts.append(float(run.trace["start_s"].min()))
     return samples, starts
 
@@ -322,40 +226,6 @@ def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
-
-
-def time_ops(engine: Engine, cases: list[Case], *, warmup: int = 2, repeats: int = 5,
-             seed: int = 0, progress: Callable[[Iterable[Graph]], Iterable[Graph]] = iter,
-             cache_bytes: int = 32 * 2**20) -> list[Sample]:
-    """Time the cases' ops as the executor runs them: each case's graph placed on the
-    engine's first device and executed ``warmup + repeats`` times; an op's time is the
-    median of how long it kept the device busy (``RunResult.op_busy_s``: its kernel,
-    releasing its inputs, dispatching the next op), so it carries what running inside a
-    plan costs."""
-    from runtime.executor import execute
-
-    graphs: dict[int, Graph] = {}
-    for case in cases:
-        graphs.setdefault(id(case.graph), case.graph)
-    seconds: dict[tuple[int, str], float] = {}
-    gaps: list[float] = []
-    for graph in progress(list(graphs.values())):
-        run = execute(pinned(graph, engine), engine, warmup=warmup, repeats=repeats, seed=seed)
-        for name, value in run.op_busy_s.items():
-            seconds[(id(graph), name)] = value
-        gaps += _gaps(run.trace)
-    samples = [_sample(c.graph, c.op, seconds[(id(c.graph), c.op.name)], c.cold,
-                       cache_bytes, c.label) for c in cases]
-    return samples + [Sample("gap", "dispatch", 0.0, 0.0, g) for g in gaps]
-
-
-def _sample(graph: Graph, op: Op, seconds: float, cold: bool, cache_bytes: int,
-            label: str = "") -> Sample:
-    """``op``'s measured time with its features (``cold``: its weights from memory)."""
-    return Sample(label or op.name, op.op_class, float(op.flops),
-                  float(op.bytes_read + op.bytes_written), seconds, op.dtype, kind_key(op),
-                  window_positions(op), kind_features(
-                      op, cache_bytes, weight_bytes(graph, op) if cold else 0))
 
 
 def _gaps(trace: Any) -> list[float]:

@@ -18,29 +18,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from runtime.gradients import (
     GRADIENTS,
+    Gradient,
     adam_update,
     cross_entropy_grad,
     gradient,
     momentum_update,
     sgd_update,
 )
-from runtime.kernels import kernel_for
+from runtime.kernels import Kernel, kernel_for
 from runtime.weights import weight_shapes
 from workloads.errors import GraphError
 from workloads.graph import Graph
 from workloads.op import Op
 
-__all__ = ["BUFFERS", "UPDATES", "Call", "bind", "check_trainable", "flatten",
-           "state_shapes", "trainable_shapes", "unflatten", "weights_input"]
+__all__ = ["ARRAY_API", "BUFFERS", "UPDATES", "Call", "Library", "bind", "check_trainable",
+           "flatten", "state_shapes", "trainable_shapes", "unflatten", "update",
+           "weights_input"]
 
 Array = Any
 #: What the executor calls for one op: ``call(xp, inputs, resident) -> outputs``, where
 #: ``resident`` holds the arrays kept on the op's device (weights, buffers, state).
 Call = Callable[[Any, Sequence[Array], dict[str, Array]], tuple[Array, ...]]
+#: An optimizer step: ``update(xp, op, grad, weights, state)`` changes ``weights`` in place.
+Update = Callable[[Any, Op, Array, Array, dict[str, Array]], None]
 
 #: Weight slots that are buffers, not trained: they stay with the op that owns them.
 BUFFERS = frozenset({"mean", "var"})
@@ -100,15 +105,59 @@ def check_trainable(graph: Graph, op: Op) -> None:
                          f"backward kernel; kinds with one: {', '.join(sorted(GRADIENTS))}")
 
 
-def bind(graph: Graph, op: Op) -> Call:
-    """The call the executor makes for ``op`` of ``graph``."""
+def update(xp: Any, op: Op, g: Array, w: Array, state: dict[str, Array]) -> None:
+    """Apply the optimizer of update op ``op`` to the weights ``w`` in place, given their
+    gradient ``g``; its state (velocity, Adam's moments and step) is kept in ``state``.
+
+    >>> import numpy as np
+    >>> w = np.array([1.0, 2.0])
+    >>> update(np, Op("u", "sgd_update", "elementwise", attrs={"lr": 0.5}), np.ones(2), w, {})
+    >>> w.tolist()
+    [0.5, 1.5]
+    """
+    a = op.attrs
+    if op.kind == "sgd_update":
+        new = sgd_update(w, g, lr=a["lr"])
+    elif op.kind == "momentum_update":
+        new, state["velocity"] = momentum_update(
+            w, state["velocity"], g, lr=a["lr"], momentum=a["momentum"])
+    else:
+        state["step"] = state.get("step", 0) + 1
+        new, state["m"], state["v"] = adam_update(
+            xp, w, state["m"], state["v"], g, step=state["step"], lr=a["lr"],
+            betas=(a["beta1"], a["beta2"]), eps=a["eps"])
+    w[...] = new  # in place, as optimizers update parameters
+
+
+@dataclass(frozen=True)
+class Library:
+    """What the ops of a graph are bound to: the forward kernel of an op, the gradient
+    function of the backward kernels (:func:`runtime.gradients.gradient`'s signature), the
+    loss's gradient and the optimizer update. :data:`ARRAY_API` is the array-API library;
+    an engine with kernels of its own binds through its own (:mod:`runtime.torch_kernels`).
+    """
+
+    kernel_for: Callable[[Op], Kernel]
+    gradient: Gradient
+    loss: Callable[[Any, Array, Array], Array]
+    update: Update
+
+
+#: The array-API kernel library (:mod:`runtime.kernels`, :mod:`runtime.gradients`).
+ARRAY_API = Library(kernel_for, gradient, cross_entropy_grad, update)
+
+
+def bind(graph: Graph, op: Op, library: Library = ARRAY_API) -> Call:
+    """The call the executor makes for ``op`` of ``graph``, made of ``library``'s
+    kernels."""
     if op.kind == "backward":
-        return _backward(graph, op)
+        return _backward(graph, op, library.gradient)
     if op.kind in UPDATES:
-        return _update(op)
+        return _update(op, library.update)
     if op.kind == "cross_entropy":
-        return lambda xp, args, resident: (cross_entropy_grad(xp, args[0], args[1]),)
-    kernel = kernel_for(op)
+        loss = library.loss
+        return lambda xp, args, resident: (loss(xp, args[0], args[1]),)
+    kernel = library.kernel_for(op)
     tensor = weights_input(graph, op)
     if tensor is None:
         return lambda xp, args, resident: kernel(xp, op, args, resident)
@@ -123,7 +172,7 @@ def bind(graph: Graph, op: Op) -> Call:
     return lifted
 
 
-def _backward(graph: Graph, op: Op) -> Call:
+def _backward(graph: Graph, op: Op, gradient: Gradient) -> Call:
     forward = graph.op(op.attrs["of"])
     tensor = weights_input(graph, forward)
     original = [t for t in forward.inputs if t != tensor]  # as the forward kernel sees them
@@ -178,23 +227,9 @@ def _sum_at(name: str, inputs: list[str], grads: Sequence[Array | None], op: Op)
     return _total(parts)
 
 
-def _update(op: Op) -> Call:
-    a = op.attrs
-    kind = op.kind
-
+def _update(op: Op, step: Update) -> Call:
     def call(xp: Any, args: Sequence[Array], resident: dict[str, Array]) -> tuple[Array, ...]:
-        g, w = _total(args[:-1]), args[-1]
-        if kind == "sgd_update":
-            new = sgd_update(w, g, lr=a["lr"])
-        elif kind == "momentum_update":
-            new, resident["velocity"] = momentum_update(
-                w, resident["velocity"], g, lr=a["lr"], momentum=a["momentum"])
-        else:
-            resident["step"] = resident.get("step", 0) + 1
-            new, resident["m"], resident["v"] = adam_update(
-                xp, w, resident["m"], resident["v"], g, step=resident["step"], lr=a["lr"],
-                betas=(a["beta1"], a["beta2"]), eps=a["eps"])
-        w[...] = new  # in place, as optimizers update parameters
+        step(xp, op, _total(args[:-1]), args[-1], resident)
         return ()
 
     return call

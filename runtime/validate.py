@@ -20,10 +20,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hwmodels.calibrated import SOURCES
 from runtime.engine import Engine
 from runtime.turns import run_in_turns
 from workloads.errors import PlacelabError
@@ -63,14 +65,18 @@ def rank_agreement(predicted: Sequence[float], measured: Sequence[float]) -> flo
     return None if math.isnan(tau) else float(tau)
 
 
-def engine_cost(engine: Engine) -> CostModel:
+def engine_cost(engine: Engine, profiles: str | Path | None = "default") -> CostModel:
     """The cost model of the engine's cluster: the calibration's where the engine has one
-    (its per-kind models included), the roofline over the catalog spec otherwise."""
-    from hwmodels.cost import CalibratedCost, RooflineCost
+    (its fitted models, and the profile database ``profiles``: ``"default"`` for the
+    user's, None for none), the roofline over the catalog spec otherwise."""
+    from hwmodels.calibrated import CalibratedCost
+    from hwmodels.cost import RooflineCost
 
     calibration = getattr(engine, "calibration", None)
     cluster = engine.cluster()
-    return CalibratedCost(cluster, calibration) if calibration else RooflineCost(cluster)
+    if not calibration:
+        return RooflineCost(cluster)
+    return CalibratedCost(cluster, calibration, profiles=profiles)
 
 
 def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[float]
@@ -91,12 +97,12 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
 
 def _row(graph: str, policy: str, engine: Engine, plan: Any,
          run: tuple[RunResult, float], baselines: Mapping[str, CostModel],
-         slower: float | None) -> dict[str, Any]:
+         slower: float | None, cost: CostModel) -> dict[str, Any]:
     from sim.engine import simulate
 
     cluster = engine.cluster()
     measured, spread = run
-    predicted = simulate(plan, cluster, engine_cost(engine))
+    predicted = simulate(plan, cluster, cost)
     others: dict[str, float] = {}
     for name, cost in baselines.items():  # the same run, predicted by another model
         seconds = simulate(plan, cluster, cost).makespan_s
@@ -119,7 +125,9 @@ def _row(graph: str, policy: str, engine: Engine, plan: Any,
         "op_error_p90": float(np.quantile(errors, 0.9)) if len(errors) else None,
         "measured_peak_bytes": max(measured.peak_memory_bytes.values()),
         "predicted_peak_bytes": max(predicted.peak_memory_bytes.values()),
-        "memory_error_max": max(memory) if memory else None, **others,
+        "memory_error_max": max(memory) if memory else None,
+        **{f"from_{name.replace(' ', '_')}": predicted.cost_sources.get(name, {}).get(
+            "share", 0.0) for name in SOURCES}, **others,
     }
 
 
@@ -127,7 +135,8 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
              repeats: int = 5, warmup: int = 1, seed: int = 0,
              baselines: Mapping[str, CostModel] | None = None, min_seconds: float = 0.0,
              speed: Callable[[], float] | None = None, rounds: int = 3,
-             progress: Callable[[Iterable[Any]], Iterable[Any]] = iter) -> pd.DataFrame:
+             progress: Callable[[Iterable[Any]], Iterable[Any]] = iter,
+             cost: CostModel | None = None) -> pd.DataFrame:
     """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau and
     ``order_kept`` whether the simulator orders no two of its plans against the
     measurements (see :func:`order_kept`).
@@ -139,23 +148,26 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     medians of its turns lie. ``speed`` (how much slower the machine runs now than when it
     was calibrated, e.g. a reference graph's time over its time then) is asked after each
     turn: columns ``slower`` (the median of its answers) and ``error_at_speed``, the error
-    of the prediction scaled by it."""
+    of the prediction scaled by it. ``cost`` prices the plans and their simulation (the
+    engine's own model, :func:`engine_cost`, by default); columns ``from_profile``,
+    ``from_shape_table``, ``from_predictor`` and ``from_roofline`` give the share of the
+    predicted op time each source priced."""
     import pandas as pd
 
     from policies.base import plan
 
     if rounds < 1:
         raise PlacelabError(f"validate: rounds must be >= 1, got {rounds}")
+    cost = cost or engine_cost(engine)
     cases = [(name, policy) for name in graphs for policy in policies]
-    plans = [plan(graphs[name], engine.cluster(), policy, engine_cost(engine))
-             for name, policy in cases]
+    plans = [plan(graphs[name], engine.cluster(), policy, cost) for name, policy in cases]
     speeds: list[float] = []
     measured = run_in_turns(plans, engine, repeats=repeats, warmup=warmup, seed=seed,
                             min_seconds=min_seconds, rounds=min(rounds, repeats),
                             after_turn=lambda: speeds.append(speed()) if speed else None,
                             progress=progress)
     slower = statistics.median(speeds) if speeds else None
-    rows = [_row(name, policy, engine, p, m, baselines or {}, slower)
+    rows = [_row(name, policy, engine, p, m, baselines or {}, slower, cost)
             for (name, policy), p, m in zip(cases, plans, measured, strict=True)]
     df = pd.DataFrame(rows)
     groups = df.groupby("graph", sort=False)

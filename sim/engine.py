@@ -404,4 +404,20 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
         if hosts:
             run.use_hosts(*hosts)
         run.run()
-        return run.result(job)
+        result = run.result(job)
+    result.cost_sources = _sources(cost, plan, np.asarray(run.op_dev, dtype=np.int64),
+                                   np.asarray(run.op_time, dtype=float))
+    return result
+
+
+def _sources(cost: CostModel, plan: Plan, op_dev: np.ndarray, op_time: np.ndarray
+             ) -> dict[str, dict[str, float]]:
+    """What priced the ops (:meth:`CostModel.sources`); one label without asking each op
+    where the model has one source."""
+    from sim.result import source_shares
+
+    if type(cost).sources is CostModel.sources:
+        total = float(op_time.sum())
+        return {cost.source_name: {"ops": len(op_time), "seconds": total,
+                                   "share": 1.0 if total > 0 else 0.0}}
+    return source_shares(cost.sources(plan.graph, op_dev), op_time)

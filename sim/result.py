@@ -7,6 +7,7 @@ transfer with ``job, name, kind, device, src, dst, stream, start_s, end_s, flops
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -126,6 +127,9 @@ class SimResult:
     cluster: str = ""
     job: str = "job0"
     columns: TraceColumns | None = field(default=None, repr=False, compare=False)
+    #: Per source of op times (``roofline``, ``predictor``, ``profile``, ...): how many
+    #: ops it priced, their seconds and that share of all ops' seconds.
+    cost_sources: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @cached_property
     def trace(self) -> pd.DataFrame:
@@ -147,7 +151,7 @@ class SimResult:
             "makespan_s": self.makespan_s, "feasible": self.feasible, "reason": self.reason,
             "transfer_bytes": self.transfer_bytes, "collective_bytes": self.collective_bytes,
             "peak_memory_bytes": self.peak_memory_bytes, "utilization": self.utilization,
-            "busy_s": self.busy_s,
+            "busy_s": self.busy_s, "cost_sources": self.cost_sources,
         }
 
     def memory_frame(self) -> pd.DataFrame:
@@ -207,3 +211,20 @@ def chrome_trace(trace: pd.DataFrame) -> dict[str, Any]:
         events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid,
                        "args": {"name": lane}})
     return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def source_shares(labels: Sequence[str], seconds: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per label: how many ops, their seconds and their share of all seconds.
+
+    >>> source_shares(["a", "b", "a"], np.array([1.0, 2.0, 1.0]))["a"]
+    {'ops': 2, 'seconds': 2.0, 'share': 0.5}
+    """
+    total = float(np.sum(seconds))
+    out: dict[str, dict[str, float]] = {}
+    for label, t in zip(labels, np.asarray(seconds, dtype=float).tolist(), strict=True):
+        entry = out.setdefault(label, {"ops": 0, "seconds": 0.0, "share": 0.0})
+        entry["ops"] += 1
+        entry["seconds"] += t
+    for entry in out.values():
+        entry["share"] = entry["seconds"] / total if total > 0 else 0.0
+    return out

@@ -12,10 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.cli import main
-from hwmodels.cost import CalibratedCost, RooflineCost, kind_key, window_positions
+from hwmodels.calibrated import CalibratedCost, _cold
+from hwmodels.cost import RooflineCost, kind_key, window_positions
+from hwmodels.predictor import OpSample, fit_predictor
 from hwmodels.toml_io import load
 from runtime import NumpyEngine
-from runtime.calibrate import fit_kinds, fit_link, fit_samples, write_calibration
+from runtime.calibrate import Calibration
+from runtime.fitting import fit_link, fit_samples
 from runtime.microbench import Sample
 from runtime.validate import op_errors, rank_agreement
 from workloads import GraphBuilder, Op, build_model
@@ -41,21 +44,6 @@ def test_the_roofline_fit_recovers_the_parameters_that_made_the_times() -> None:
     assert all(q["median"] < 0.02 for q in fit.quality.values())
 
 
-def test_the_per_kind_fit_recovers_a_linear_model_despite_an_outlier() -> None:
-    # 5 us + 1 ns per kFLOP + 0.1 ns per byte + 2 us per window position
-    truth = (5e-6, 1e-12, 1e-10, 2e-6)
-    rng = np.random.default_rng(0)
-    samples = []
-    for _ in range(30):
-        f, b, w = rng.uniform(1e5, 1e9), rng.uniform(1e3, 1e8), rng.integers(1, 50)
-        samples.append(Sample("c", "conv", f, b, truth[0] + truth[1] * f + truth[2] * b
-                              + truth[3] * w, kind="conv2d", windows=float(w)))
-    samples[3] = Sample("c", "conv", 1e6, 1e4, 1.0, kind="conv2d", windows=1.0)  # a hiccup
-    fit = fit_kinds(samples)["conv2d"]
-    assert fit.coefficients[:4] == pytest.approx(truth, rel=0.05)
-    assert fit.quality["median"] < 0.01
-
-
 def test_the_link_fit_recovers_latency_and_bandwidth() -> None:
     copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
     link = fit_link(copies)
@@ -69,23 +57,38 @@ def test_kind_keys_and_windows_read_the_op() -> None:
     assert kind_key(Op("r", "relu", "elementwise")) == "relu"
 
 
-def _written(tmp_path) -> tuple[str, list[Sample]]:
-    samples = [Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50, 1.0), kind="linear")
+def _relu(n: int) -> Op:
+    b = GraphBuilder("t")
+    y = b.relu(b.input((n,)))
+    return b.build().op(y)
+
+
+def _calibration(shapes: dict | None = None, start_s: float = 0.0) -> Calibration:
+    """A calibration of made-up measurements: the closed-form roofline above, relus and
+    GEMMs timed by it, copies at 8 GB/s + 2 us."""
+    samples = [Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50, 1.0))
                for f in np.geomspace(1e4, 1e10, 8)]
-    samples += [Sample("ew", "elementwise", b / 8, b, _roofline(b / 8, b, 1.0), kind="relu")
+    samples += [Sample("ew", "elementwise", b / 8, b, _roofline(b / 8, b, 1.0))
                 for b in np.geomspace(1e3, 1e9, 8)]
     copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
-    path = tmp_path / "device.toml"
-    write_calibration(path, engine_name="cpu", model="host-cpu", devices=("cpu0", "cpu1"),
-                      memory_bytes=2**34, threads=1, fit=fit_samples(samples, buckets=1),
-                      link=fit_link(copies), samples=len(samples) + len(copies),
-                      kinds=fit_kinds(samples))
-    return str(path), samples
+    fit = fit_samples(samples, buckets=1)
+    relus = [_relu(int(n)) for n in np.geomspace(256, 2**24, 24)]
+    timed = [OpSample.of(op, _roofline(op.flops, op.bytes_read + op.bytes_written, 1.0))
+             for op in relus]
+    from hwmodels.spec import Device
+
+    roof = Device("host-cpu-roof", "cpu", {"fp32": 1e11}, 2**30, 2e10)
+    return Calibration(
+        engine="cpu", devices=("cpu0", "cpu1"), model="host-cpu", memory_bytes=2**34,
+        threads=1, fit=fit, predictor=fit_predictor(timed, roof, min_samples=4, roof=True),
+        link=fit_link(copies), dispatch_s=0.0, shapes=shapes or {}, start_s=start_s,
+        reference_s=0.1, side_by_side={}, host_slowdown=1.0, samples=40,
+        fingerprint={"cpu": "test", "cores": 2, "libraries": {"numpy": "x"}})
 
 
 def test_the_calibration_file_is_a_hardware_file_with_its_provenance(tmp_path, capsys,
                                                                    home) -> None:
-    path, _ = _written(tmp_path)
+    path = str(_calibration().write(tmp_path / "device.toml"))
     found = load(path)
     assert found.devices["host-cpu"].peak["fp32"] == pytest.approx(1e11, rel=0.02)
     cluster = found.clusters["cpu-2-calibrated"]
@@ -95,27 +98,29 @@ def test_the_calibration_file_is_a_hardware_file_with_its_provenance(tmp_path, c
     with open(path, "rb") as f:
         data = tomllib.load(f)
     prov = data["calibration"]
-    assert {"machine", "date", "engine", "versions", "fit", "link_fit"} <= set(prov)
-    assert {m["kind"] for m in data["measured"]} == {"linear", "relu"}
+    assert {"machine", "date", "engine", "fingerprint", "fit", "link_fit"} <= set(prov)
+    (predictor,) = data["predictor"]
+    assert predictor["model"] == "host-cpu" and predictor["peak_tflops"] == {"fp32": 0.1}
+    assert {k["key"] for k in predictor["kind"]} == {"relu", "class:elementwise"}
     assert main(["hw", "register", path]) == 0  # the catalog accepts it as it is
     assert "cpu-2-calibrated" in capsys.readouterr().out
 
 
-def test_the_calibrated_cost_model_uses_the_per_kind_models(tmp_path) -> None:
-    path, _ = _written(tmp_path)
+def test_the_calibrated_cost_model_times_ops_by_their_fitted_model(tmp_path) -> None:
+    calibration = _calibration()
+    path = calibration.write(tmp_path / "device.toml")
     engine = NumpyEngine(devices=2, calibration=path)
     assert engine.cluster().name == "cpu-2-calibrated"
-    cost = CalibratedCost(engine.cluster(), path)
-    b = GraphBuilder("t")
-    y = b.relu(b.input((1000,)))
-    relu = b.build().op(y)
-    import tomllib
-
-    with open(path, "rb") as f:
-        row = next(m for m in tomllib.load(f)["measured"] if m["kind"] == "relu")
-    expected = row["launch_us"] * 1e-6 + row["s_per_gflop"] * 1e-9 * relu.flops + \
-        row["s_per_gb"] * 1e-9 * (relu.bytes_read + relu.bytes_written)
+    cost = CalibratedCost(engine.cluster(), path, profiles=None)
+    relu = _relu(1000)
+    expected = calibration.predictor.time(relu, engine.cluster().devices[0])
     assert cost.op_time(relu, "cpu0") == pytest.approx(expected, rel=1e-9)
+    assert cost.source(relu, "cpu0") == "predictor"
+    assert calibration.cost_model().op_time(relu, "cpu0") == pytest.approx(expected)
+    conv = build_model("lenet5").op("c1")  # no model of its class: the roofline
+    assert cost.source(conv, "cpu0") == "roofline"
+    assert cost.op_time(conv, "cpu0") == pytest.approx(
+        RooflineCost(engine.cluster()).op_time(conv, "cpu0"))
     with pytest.raises(Exception, match="calibrated for 2 devices, expected 1"):
         NumpyEngine(devices=1, calibration=path).cluster()
 
@@ -146,11 +151,12 @@ def test_op_errors_join_the_busy_times_and_the_trace_on_names() -> None:
 
 def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     out = tmp_path / "cpu.toml"
-    assert main(["calibrate", "--quick", "--devices", "2", "--out", str(out),
+    assert main(["calibrate", "--quick", "--cases", "2", "--devices", "2", "--out", str(out),
                  "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["samples"] > 50 and data["peak_gflops"] > 0 and data["link"]
     assert data["signatures"] > 0 and data["reference_ms"] > 0
+    assert data["heldout_overall"]["samples"] > 20 and "relu" in data["heldout"]
     assert set(data["side_by_side"]) == {"resnet50 b1", "bert_base b1", "lenet5 b32"}
     assert data["host_slowdown"] == max(sorted(data["side_by_side"].values())[1], 1.0)
     cluster = NumpyEngine(devices=2, calibration=out).cluster()
@@ -172,17 +178,9 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     assert "expected a file ending in .toml" in capsys.readouterr().err
 
 
-def _shaped(tmp_path, shapes: dict, start_s: float = 0.0, kinds: dict | None = None) -> str:
-    """A calibration file with hand-set shape tables (no roofline fit to speak of)."""
-    samples = [Sample("mm", "matmul", f, f / 50, _roofline(f, f / 50, 1.0))
-               for f in np.geomspace(1e4, 1e10, 8)]
-    copies = [Sample("copy", "copy", 0.0, n, 2e-6 + n / 8e9) for n in np.geomspace(1e3, 1e8, 8)]
-    path = tmp_path / "shaped.toml"
-    write_calibration(path, engine_name="cpu", model="host-cpu", devices=("cpu0", "cpu1"),
-                      memory_bytes=2**34, threads=1, fit=fit_samples(samples, buckets=1),
-                      link=fit_link(copies), samples=8, kinds=kinds, shapes=shapes,
-                      start_s=start_s)
-    return str(path)
+def _shaped(tmp_path, shapes: dict, start_s: float = 0.0) -> str:
+    """A calibration file with hand-set shape tables."""
+    return str(_calibration(shapes, start_s).write(tmp_path / "shaped.toml"))
 
 
 def test_window_work_counts_what_im2col_gathers() -> None:
@@ -225,14 +223,15 @@ def test_measured_shapes_are_interpolated_in_batch_and_a_run_start_is_charged_on
               ("relu", op_signature(graphs[4].op("relu1"), 4)): {4: 7e-6}}
     path = _shaped(tmp_path, shapes, start_s=50e-6)
     engine = NumpyEngine(devices=2, calibration=path)
-    cost = CalibratedCost(engine.cluster(), path)
+    cost = CalibratedCost(engine.cluster(), path, profiles=None)
     times = {n: dict(zip(g.arrays.names, cost.op_times(g, dict.fromkeys(g.names, "cpu0")),
                          strict=True)) for n, g in graphs.items()}
     assert times[8]["fc1"] == pytest.approx(100e-6 + 4 * 280e-6 / 28)  # between 4 and 32
     assert times[40]["fc1"] == pytest.approx(100e-6 + 36 * 10e-6)  # along the last slope
     assert times[4]["relu1"] == pytest.approx(7e-6)  # measured at this batch
-    roofline = RooflineCost(engine.cluster()).op_time(graphs[8].op("relu1"), "cpu0")
-    assert times[8]["relu1"] == pytest.approx(roofline)  # one batch says nothing of 8
+    fitted = cost.op_time(graphs[8].op("relu1"), "cpu0")
+    assert cost.source(graphs[8].op("relu1"), "cpu0", 8) == "predictor"
+    assert times[8]["relu1"] == pytest.approx(fitted)  # one batch says nothing of 8
     assert times[8]["input"] == pytest.approx(50e-6)  # the run's start, once per device
     two = cost.op_times(graphs[8], {n: ("cpu1" if n == "softmax" else "cpu0")
                                     for n in graphs[8].names})
@@ -241,43 +240,21 @@ def test_measured_shapes_are_interpolated_in_batch_and_a_run_start_is_charged_on
 
 
 def test_weights_count_as_read_from_memory_only_where_a_device_holds_more_than_the_cache(
-        tmp_path) -> None:
+        ) -> None:
     from hwmodels.cost import weight_bytes
-    from runtime.calibrate import KindFit
 
-    per_cold_byte = 1e-9  # and nothing else: an op's time is its weights from memory
-    fit = KindFit("linear", (0.0,) * 7 + (per_cold_byte,), cache_bytes=2**20,
-                  quality={"median": 0.0, "p90": 0.0, "samples": 2})
-    path = _shaped(tmp_path, {}, kinds={"linear": fit})
-    engine = NumpyEngine(devices=2, calibration=path)
-    cost = CalibratedCost(engine.cluster(), path)
-    big = build_model("mlp", batch=2)  # 7.5 MB of weights > 1 MiB of cache
+    big = build_model("mlp", batch=2)  # 7.5 MB of weights
     b = GraphBuilder("small")
     b.linear(b.input((2, 64)), 64)
     small = b.build()
     for graph, cold in ((big, True), (small, False)):
-        times = dict(zip(graph.arrays.names, cost.op_times(
-            graph, dict.fromkeys(graph.names, "cpu0")), strict=True))
-        for op in graph:
-            if op.kind == "linear":
-                held = weight_bytes(graph, op)
-                expected = held * per_cold_byte if cold and held <= 2**20 else 0.0
-                assert times[op.name] == pytest.approx(expected)
-
-
-def test_cold_cases_hold_twice_the_cache_in_weights() -> None:
-    from runtime.microbench import benchmark_cases
-
-    cache = 8 * 2**20
-    cold = [c for c in benchmark_cases(quick=True, cache_bytes=cache) if c.cold]
-    assert cold
-    by_graph: dict[int, list] = {}
-    for c in cold:
-        by_graph.setdefault(id(c.graph), []).append(c)
-    for copies in by_graph.values():
-        held = sum(c.op.param_bytes for c in copies)
-        assert held >= 2 * cache or len(copies) == 16
-        assert len({c.op.name for c in copies}) == len(copies)
+        ops = list(graph)
+        where = ["cpu0"] * len(ops)
+        got = _cold(graph, ops, where, {"cpu0": 2**20})  # a 1 MiB cache
+        assert got == [weight_bytes(graph, op) if cold else 0 for op in ops]
+    two = _cold(big, list(big), ["cpu0" if op.name != "fc3" else "cpu1" for op in big],
+                {"cpu0": 2**20, "cpu1": 2**20})  # fc3's 5 kB alone fit cpu1's cache
+    assert two[[op.name for op in big].index("fc3")] == 0
 
 
 def test_a_shape_table_with_unpaired_times_is_one_clear_line(tmp_path) -> None:
@@ -290,4 +267,4 @@ def test_a_shape_table_with_unpaired_times_is_one_clear_line(tmp_path) -> None:
     engine = NumpyEngine(devices=2, calibration=path)
     with pytest.raises(HardwareSpecError, match=r"bad.toml: measured_shape\[0\]: batches and "
                                                 r"us must pair up"):
-        CalibratedCost(engine.cluster(), bad)
+        CalibratedCost(engine.cluster(), bad, profiles=None)

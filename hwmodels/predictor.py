@@ -1,0 +1,342 @@
+"""Op-time predictors that generalise beyond the shapes they were fitted on.
+
+Per op kind, a gradient-boosted tree regressor (LightGBM) over shape features predicts the
+*utilisation* an op reaches of its roofline, as NeuSight does for GPU kernels: an op's time
+is ``launch + roofline / utilisation`` with ``roofline = max(FLOPs / peak, bytes /
+bandwidth)`` from the device's spec and the utilisation held in (0, 1], so no prediction is
+ever faster than the device's peak or bandwidth allow, and a tree, which extrapolates as a
+constant, extrapolates a utilisation rather than a time.
+
+LightGBM was chosen over scikit-learn's ``HistGradientBoostingRegressor`` because a fitted
+LightGBM model is text through its public API (``Booster.model_to_string`` and
+``Booster(model_str=...)``): a calibration file holds the fitted model itself, with no
+pickle, and reads back to the same predictions on any machine.
+
+The features are what kernels care about (:data:`FEATURES`): FLOPs, bytes read and written,
+weights, arithmetic intensity, the work per output element (a product's inner dimension, a
+convolution's window), each output dimension, remainders of the innermost and channel
+dimensions against vector widths, the kernel window, stride, padding and groups, the
+elements a windowed kernel gathers, the weights read from memory rather than cache, and the
+footprint against each cache level. They read the op alone (its outputs, attributes and
+costs), so a cost model can price an op without its graph.
+
+A kind with too few samples is priced by its op class's model (``class:<op_class>``, fitted
+on every sample of that class), so an op kind calibration never ran still gets a fitted
+time.
+
+>>> import numpy as np
+>>> from hwmodels.spec import Device
+>>> from workloads.op import Op, Tensor
+>>> cpu = Device("cpu", "cpu", {"fp32": 1e11}, 2**33, 2e10)
+>>> ops = [Op(f"r{n}", "relu", "elementwise", outputs=(Tensor(f"r{n}", (n,)),), flops=n,
+...           bytes_read=4 * n, bytes_written=4 * n) for n in (2**k for k in range(8, 24))]
+>>> samples = [OpSample.of(op, 2e-6 + 8 * op.outputs[0].numel / 1e10) for op in ops]
+>>> p = fit_predictor(samples, cpu, seed=0, min_samples=4)
+>>> t = p.time(ops[9], cpu)
+>>> bool(abs(t / (2e-6 + 8 * 2**17 / 1e10) - 1) < 0.2), bool(t >= 8 * 2**17 / 2e10)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from hwmodels.spec import Device
+from workloads.errors import HardwareSpecError
+from workloads.op import Op, window_work
+
+__all__ = ["FEATURES", "KindModel", "OpSample", "OpTimePredictor", "Quality",
+           "fit_kind", "fit_predictor", "model_key", "op_features", "predict_samples",
+           "roofline_seconds"]
+
+#: Cache sizes (bytes) the footprint features are taken against where none are given:
+#: 32 KiB, 1 MiB, 32 MiB.
+DEFAULT_CACHES = (32 * 2**10, 2**20, 32 * 2**20)
+
+FEATURES = (
+    "log_flops", "log_read", "log_written", "log_weights", "log_intensity", "work_per_output",
+    "rank", "outputs", "d0", "d1", "d2", "d3", "last_mod8", "last_mod16", "channel_mod8",
+    "channel_mod16", "kernel_area", "stride", "padding", "groups", "log_gathered",
+    "products", "log_cold", "footprint_l1", "footprint_l2", "footprint_llc")
+
+#: Utilisations are clipped to [exp(LOG_U_MIN), 1].
+LOG_U_MIN = -30.0
+#: The least roofline time an op has (one nanosecond): an op that moves nothing (a view)
+#: still costs its dispatch, which its utilisation of this floor then expresses.
+ROOF_FLOOR_S = 1e-9
+#: LightGBM's settings: small trees, many of them, slowly; deterministic and one thread
+#: (a calibration is fitted while nothing else runs, and predictions must repeat).
+LGBM_PARAMS: dict[str, Any] = {
+    "objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "n_estimators": 300,
+    "num_leaves": 12, "min_child_samples": 4, "reg_lambda": 1.0, "subsample": 1.0,
+    "colsample_bytree": 1.0, "deterministic": True, "force_row_wise": True, "n_jobs": 1,
+    "verbose": -1}
+
+
+def _log2(x: float) -> float:
+    return math.log2(x) if x > 0 else -1.0
+
+
+def _pair_value(value: Any) -> float:
+    """The first of an int or a pair/sequence (a stride, a padding), 0 without one."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int | float):
+        return float(value)
+    values = [v for v in value if isinstance(v, int | float)]
+    return float(max(values)) if values else 0.0
+
+
+def op_features(op: Op, cold_bytes: float = 0.0,
+                caches: Sequence[int] = DEFAULT_CACHES) -> tuple[float, ...]:
+    """``op``'s values of :data:`FEATURES` (``cold_bytes``: weight bytes a run reads from
+    memory rather than cache; ``caches``: the sizes of three cache levels, bytes).
+
+    >>> from workloads.op import Tensor
+    >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (8, 24)),), flops=192,
+    ...           bytes_read=768, bytes_written=768)
+    >>> values = dict(zip(FEATURES, op_features(relu), strict=True))
+    >>> values["d3"], values["last_mod16"]
+    (24.0, 8.0)
+    """
+    shape = op.outputs[0].shape if op.outputs else ()
+    numel = math.prod(shape) if op.outputs else 1
+    dims = (0,) * (4 - min(len(shape), 4)) + tuple(shape[-4:])
+    last = shape[-1] if shape else 1
+    channel = shape[1] if len(shape) >= 3 else last
+    moved = op.bytes_read + op.bytes_written
+    kernel = op.attrs.get("kernel") or (0, 0)
+    gathered, products = window_work(op)
+    itemsize = op.outputs[0].nbytes / max(numel, 1) if op.outputs else 4.0
+    return (
+        _log2(op.flops), _log2(op.bytes_read), _log2(op.bytes_written), _log2(op.param_bytes),
+        _log2(op.flops / moved) if moved and op.flops else -1.0,
+        op.flops / max(numel, 1), float(len(shape)), float(len(op.outputs)),
+        *(float(d) for d in dims), float(last % 8), float(last % 16), float(channel % 8),
+        float(channel % 16), float(kernel[0] * kernel[1]) if len(kernel) == 2 else 0.0,
+        _pair_value(op.attrs.get("stride")), _pair_value(op.attrs.get("padding")),
+        float(op.attrs.get("groups", 1)), _log2(gathered * itemsize), float(products),
+        _log2(cold_bytes), *(_log2(moved / c) if moved else -30.0 for c in caches))
+
+
+def roofline_seconds(flops: float, moved: float, dtype: str, spec: Device) -> float:
+    """The larger of the compute and the memory roof on ``spec`` (at least
+    :data:`ROOF_FLOOR_S`): the least time the op can take there, launch aside."""
+    peak = spec.peak_flops(dtype) if flops else 1.0
+    return max(flops / peak, moved / spec.memory_bandwidth, ROOF_FLOOR_S)
+
+
+def model_key(op: Op) -> str:
+    """What a per-kind model is keyed by (:func:`hwmodels.cost.kind_key`)."""
+    from hwmodels.cost import kind_key
+
+    return kind_key(op)
+
+
+@dataclass(frozen=True)
+class OpSample:
+    """An op's measured time with what a predictor reads of it."""
+
+    key: str
+    op_class: str
+    dtype: str
+    flops: float
+    moved: float
+    features: tuple[float, ...]
+    seconds: float
+    signature: str = ""
+    name: str = ""
+
+    @classmethod
+    def of(cls, op: Op, seconds: float, *, cold_bytes: float = 0.0,
+           caches: Sequence[int] = DEFAULT_CACHES, signature: str = "") -> OpSample:
+        """The sample of ``op`` measured at ``seconds``."""
+        return cls(model_key(op), op.op_class, op.dtype, float(op.flops),
+                   float(op.bytes_read + op.bytes_written),
+                   op_features(op, cold_bytes, caches), float(seconds), signature, op.name)
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Relative error of a model's predictions on samples: median, 90th percentile, worst,
+    and how many."""
+
+    median: float
+    p90: float
+    worst: float
+    samples: int
+
+    @classmethod
+    def of(cls, predicted: np.ndarray, measured: np.ndarray) -> Quality:
+        errors = np.abs(np.asarray(predicted) / np.asarray(measured) - 1)
+        if not len(errors):
+            return cls(math.nan, math.nan, math.nan, 0)
+        return cls(float(np.median(errors)), float(np.quantile(errors, 0.9)),
+                   float(errors.max()), len(errors))
+
+
+@dataclass(frozen=True)
+class KindModel:
+    """One kind's (or op class's) fitted utilisation model: the launch overhead, the
+    LightGBM model as text, and its error on held-out samples it was not fitted to."""
+
+    key: str
+    launch_s: float
+    text: str = field(repr=False)
+    trained_on: int
+    heldout: Quality | None = None
+
+    @cached_property
+    def booster(self) -> Any:
+        import lightgbm
+
+        return lightgbm.Booster(model_str=self.text)
+
+    def log_utilisation(self, x: np.ndarray) -> np.ndarray:
+        raw = self.booster.predict(x, num_threads=1)
+        return np.clip(np.asarray(raw, dtype=float), LOG_U_MIN, 0.0)
+
+    def packed(self) -> str:
+        """The model text, compressed (zlib) and base64-encoded, as a file stores it."""
+        return base64.b64encode(zlib.compress(self.text.encode(), 9)).decode()
+
+    @staticmethod
+    def unpack(data: str, where: str) -> str:
+        try:
+            return zlib.decompress(base64.b64decode(data, validate=True)).decode()
+        except (ValueError, zlib.error) as err:
+            raise HardwareSpecError(f"{where}: expected a LightGBM model (zlib, base64), "
+                                    f"got data that does not decode: {err}") from None
+
+
+class OpTimePredictor:
+    """Fitted models per kind key (and per op class, ``class:<op_class>``), the cache sizes
+    their footprint features were taken against, and the roofline their utilisations are
+    fractions of: ``roof`` (a device spec whose peaks and bandwidth bound every op, e.g.
+    the fastest rates calibration measured), or else the spec of the device asked about."""
+
+    def __init__(self, models: Mapping[str, KindModel],
+                 caches: Sequence[int] = DEFAULT_CACHES, roof: Device | None = None) -> None:
+        self.models = dict(models)
+        self.caches = tuple(int(c) for c in caches)
+        self.roof = roof
+
+    def model_for(self, op: Op) -> KindModel | None:
+        """The op's kind's model, else its class's, else None."""
+        return self.models.get(model_key(op)) or self.models.get(f"class:{op.op_class}")
+
+    def quality(self, samples: Sequence[OpSample], spec: Device | None = None) -> Quality:
+        """The error of the predictions of ``samples`` (each by its kind's model, else its
+        class's), e.g. on samples held out of the fit."""
+        roof = self.roof or spec
+        if roof is None:
+            raise HardwareSpecError("predictor: quality needs a spec or a roof, got neither")
+        predicted, measured = [], []
+        for s in samples:
+            model = self.models.get(s.key) or self.models.get(f"class:{s.op_class}")
+            if model is not None:
+                predicted.append(predict_samples(model, [s], roof)[0])
+                measured.append(s.seconds)
+        return Quality.of(np.array(predicted), np.array(measured))
+
+    def time(self, op: Op, spec: Device, cold_bytes: float = 0.0) -> float:
+        """Predicted seconds of ``op`` on a device of ``spec`` (the roofline's launch and
+        roofs where no model covers the op)."""
+        return float(self.times([op], spec, [cold_bytes])[0])
+
+    def times(self, ops: Sequence[Op], spec: Device,
+              cold_bytes: Sequence[float] | None = None) -> np.ndarray:
+        """:meth:`time` of each op, one model call per kind."""
+        cold = list(cold_bytes) if cold_bytes is not None else [0.0] * len(ops)
+        spec = self.roof or spec
+        out = np.zeros(len(ops))
+        groups: dict[str, list[int]] = {}
+        for i, op in enumerate(ops):
+            model = self.model_for(op)
+            if model is None:
+                raise HardwareSpecError(f"predictor: no model for op {op.name!r} (kind "
+                                        f"{op.kind!r}, class {op.op_class!r})")
+            groups.setdefault(model.key, []).append(i)
+        for key, index in groups.items():
+            model = self.models[key]
+            x = np.array([op_features(ops[i], cold[i], self.caches) for i in index])
+            u = np.exp(model.log_utilisation(x))
+            roof = np.array([roofline_seconds(ops[i].flops, ops[i].bytes_read
+                                              + ops[i].bytes_written, ops[i].dtype, spec)
+                             for i in index])
+            out[index] = model.launch_s + roof / u
+        return out
+
+
+def _targets(samples: Sequence[OpSample], spec: Device, launch: float) -> np.ndarray:
+    """log utilisation of each sample: its roofline over its time beyond the launch."""
+    roof = np.array([roofline_seconds(s.flops, s.moved, s.dtype, spec) for s in samples])
+    beyond = np.array([max(s.seconds - launch, 1e-3 * s.seconds) for s in samples])
+    return np.clip(np.log(roof / beyond), LOG_U_MIN, 0.0)
+
+
+def _launch(samples: Sequence[OpSample]) -> float:
+    """A kind's fixed cost per op: half its fastest sample (no op takes less than its
+    dispatch; the model learns the rest)."""
+    return 0.5 * min(s.seconds for s in samples)
+
+
+def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int = 0,
+             heldout: Sequence[OpSample] = ()) -> KindModel:
+    """Fit one key's model on ``samples``; its quality on ``heldout`` (never fitted)."""
+    import lightgbm
+
+    launch = _launch(samples)
+    x = np.array([s.features for s in samples])
+    regressor = lightgbm.LGBMRegressor(**LGBM_PARAMS, random_state=seed)
+    regressor.fit(x, _targets(samples, spec, launch))
+    text = regressor.booster_.model_to_string()
+    model = KindModel(key, launch, text, len(samples))
+    if heldout:
+        predicted = predict_samples(model, heldout, spec)
+        model = KindModel(key, launch, text, len(samples),
+                          Quality.of(predicted, np.array([s.seconds for s in heldout])))
+    return model
+
+
+def predict_samples(model: KindModel, samples: Sequence[OpSample], spec: Device
+                    ) -> np.ndarray:
+    """``model``'s predicted seconds of each sample, with ``spec``'s roofline."""
+    x = np.array([s.features for s in samples])
+    roof = np.array([roofline_seconds(s.flops, s.moved, s.dtype, spec) for s in samples])
+    return model.launch_s + roof / np.exp(model.log_utilisation(x))
+
+
+def fit_predictor(samples: Sequence[OpSample], spec: Device, *, seed: int = 0,
+                  heldout: Sequence[OpSample] = (), min_samples: int = 12,
+                  caches: Sequence[int] = DEFAULT_CACHES, roof: bool = False
+                  ) -> OpTimePredictor:
+    """A model per kind key with at least ``min_samples`` samples and per op class;
+    each reports its error on the ``heldout`` samples of its key (class models: of their
+    class), which it never saw. Utilisations are of ``spec``'s roofline; ``roof`` keeps
+    ``spec`` as the predictor's roof for every device it is asked about."""
+    models = {}
+    by_key: dict[str, list[OpSample]] = {}
+    by_class: dict[str, list[OpSample]] = {}
+    for s in samples:
+        if s.seconds > 0:
+            by_key.setdefault(s.key, []).append(s)
+            by_class.setdefault(f"class:{s.op_class}", []).append(s)
+    for key, mine in sorted(by_key.items()):
+        if len(mine) >= min_samples:
+            models[key] = fit_kind(key, mine, spec, seed=seed,
+                                   heldout=[h for h in heldout if h.key == key])
+    for key, mine in sorted(by_class.items()):
+        if len(mine) >= min_samples:
+            cls = key.removeprefix("class:")
+            models[key] = fit_kind(key, mine, spec, seed=seed,
+                                   heldout=[h for h in heldout if h.op_class == cls])
+    return OpTimePredictor(models, caches, spec if roof else None)
