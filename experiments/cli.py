@@ -263,7 +263,9 @@ def _add_run_commands(sub: Any) -> None:
     p.add_argument("--engine", choices=ENGINE_NAMES, default="cpu")
     p.add_argument("--device", help="calibration file from placelab calibrate (default: "
                    "the uncalibrated catalog CPU)")
-    p.add_argument("--devices", type=_positive_int, default=2)
+    p.add_argument("--devices", type=_positive_int, default=None,
+                   help="logical devices (default: as many as the calibration is for, "
+                        "else 2)")
     p.add_argument("--models", help="zoo models, comma-separated; NAME:train for an SGD step")
     p.add_argument("--graph", action="append", help="a graph JSON or ONNX file (repeatable)")
     p.add_argument("--policies", default="single_device,heft,round_robin",

@@ -287,7 +287,10 @@ def cmd_simulate(args: argparse.Namespace) -> None:
              f"  transfers    {result.transfer_bytes / 1e6:.1f} MB"
              + (f" ({result.collective_bytes / 1e6:.1f} MB in collectives)"
                 if result.collective_bytes else ""),
-             f"  placement    {p.placement_s * 1e3:.1f} ms of policy time"]
+             f"  placement    {p.placement_s * 1e3:.1f} ms of policy time",
+             "  op times     " + ", ".join(
+                 f"{share['share']:.0%} from the {name} ({share['ops']:.0f} ops)"
+                 for name, share in result.cost_sources.items())]
     for d in cluster.device_names:
         lines.append(f"  {d:<12} util {result.utilization[d]:6.1%}   peak memory "
                      f"{result.peak_memory_bytes[d] / 1e9:7.3f} GB")

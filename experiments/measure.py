@@ -39,8 +39,7 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     engine = make_engine(args.engine, args.devices)
     budget = Budget.quick() if args.quick else Budget.full()
     if args.cases is not None:
-        budget = replace(budget, cases=args.cases, heldout=max(2, args.cases // 3),
-                         extra=min(budget.extra, args.cases))
+        budget = replace(budget, cases=args.cases, heldout=max(2, args.cases // 4))
     calibration = calibrate(engine, budget=budget, seed=args.seed,
                             progress=_progress(args, ""))
     path = calibration.write(args.out)
@@ -76,6 +75,8 @@ def _calibration_text(d: dict[str, Any]) -> str:
         each = ", ".join(f"{m} {r:.2f}x" for m, r in d["side_by_side"].items())
         lines.append(f"  two devices computing at once: each {d['host_slowdown']:.2f}x as "
                      f"slow (the median of {each}: two copies side by side against one)")
+    lines.append("  took " + ", ".join(f"{stage} {seconds:.0f} s"
+                                        for stage, seconds in d["stages"].items()))
     if d["plot"]:
         lines.append(f"  plot {d['plot']}")
     return "\n".join(lines)
@@ -129,20 +130,23 @@ def validation_graphs(models: list[str], files: list[str], batch: int) -> dict[s
 
 def cmd_validate(args: argparse.Namespace) -> None:
     from experiments.results import write_results
-    from runtime.engine import NumpyEngine
+    from runtime.engine import ENGINES
     from runtime.microbench import reference_seconds
     from runtime.validate import validate
 
-    if args.engine != "cpu":
-        make_engine(args.engine, args.devices)  # refuses, saying why, without a GPU
-        raise PlacelabError("validate: the gpu engine has no calibration reader yet; "
-                            "expected --engine cpu")
-    engine = NumpyEngine(devices=args.devices, calibration=args.device)
+    doc = _calibration_doc(args.device)
+    devices = args.devices or _calibrated_devices(doc) or 2
+    if args.engine not in ("cpu", "torch"):
+        make_engine(args.engine, devices)  # refuses, saying why, without a GPU
+        raise PlacelabError(f"validate: engine {args.engine!r} has no calibration reader "
+                            f"yet; expected --engine cpu or torch")
+    engine = ENGINES.get(args.engine)(devices=devices,  # type: ignore[call-arg]
+                                      calibration=args.device)
     graphs = validation_graphs(split(args.models, "models") if args.models else [],
                                args.graph or [], args.batch)
     if not graphs:
         raise PlacelabError("validate: expected --models or --graph, got neither")
-    then = _reference_s(args.device)
+    then = doc.run.reference_ms / 1e3 if doc is not None and doc.run else 0.0
     df = validate(engine, graphs, split(args.policies, "policies"), repeats=args.repeats,
                   warmup=args.warmup, progress=_progress(args, "running plans"),
                   min_seconds=args.min_seconds, rounds=args.rounds,
@@ -160,20 +164,22 @@ def cmd_validate(args: argparse.Namespace) -> None:
     emit(args, data, _validation_text(df, data))
 
 
-def _reference_s(path: str | None) -> float:
-    """The reference graph's time recorded at calibration (0 where none was)."""
+def _calibration_doc(path: str | None) -> Any:
+    """The calibration file, parsed (None without one)."""
     if not path:
-        return 0.0
-    from hwmodels.schema import HardwareDocument
+        return None
+    from hwmodels.toml_io import parse
     from workloads.errors import HardwareSpecError
     from workloads.io import read_text
-    from workloads.schema import load_toml
-    from workloads.schema import validate as check
 
-    doc = check(HardwareDocument, load_toml(read_text(path, HardwareSpecError, "hardware file"),
-                                            source=path, error=HardwareSpecError),
-                source=path, error=HardwareSpecError)
-    return doc.run.reference_ms / 1e3 if doc.run else 0.0
+    return parse(read_text(path, HardwareSpecError, "hardware file"), source=path)
+
+
+def _calibrated_devices(doc: Any) -> int | None:
+    """How many devices the calibration was made for (its cluster's)."""
+    if doc is None or not doc.cluster:
+        return None
+    return len(doc.cluster[0].device)
 
 
 def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
@@ -183,16 +189,25 @@ def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
                 f"calibration)" if data["machine_slower"] else "")
              + f"; a plan's turns differ by {data['round_spread']:.1%} (median)",
              f"  {'graph':<28} {'policy':<14} {'measured ms':>11} {'predicted ms':>12} "
-             f"{'error':>7} {'op err':>7} {'mem err':>7} {'tau':>5}"]
+             f"{'error':>7} {'op err':>7} {'mem err':>7} {'tau':>5}  predicted time from"]
     for r in df.itertuples():
         tau = "" if r.rank_tau is None or r.rank_tau != r.rank_tau else f"{r.rank_tau:5.2f}"
         lines.append(f"  {r.graph[-28:]:<28} {r.policy:<14} {r.measured_s * 1e3:11.2f} "
                      f"{r.predicted_s * 1e3:12.2f} {r.error:7.1%} "
-                     f"{_pct(r.op_error_median)} {_pct(r.memory_error_max)} {tau}")
+                     f"{_pct(r.op_error_median)} {_pct(r.memory_error_max)} {tau:>5}  "
+                     f"{_sources(r)}")
     for what in ("out", "plot"):
         if data[what]:
             lines.append(f"{what}: {data[what]}")
     return "\n".join(lines)
+
+
+def _sources(row: Any) -> str:
+    """Which sources priced the prediction: ``profile 80%, predictor 20%``."""
+    from hwmodels.calibrated import SOURCES
+
+    shares = [(name, getattr(row, f"from_{name.replace(' ', '_')}", 0.0)) for name in SOURCES]
+    return ", ".join(f"{name} {share:.0%}" for name, share in shares if share >= 0.005)
 
 
 def _pct(value: float | None) -> str:

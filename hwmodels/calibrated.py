@@ -235,7 +235,7 @@ def _predictor(table: Any, where: str) -> OpTimePredictor:
         text = KindModel.unpack(k.model, f"{where}.kind[{i}].model")
         quality = Quality(k.heldout_median, k.heldout_p90, k.heldout_worst,
                           k.heldout_samples) if k.heldout_samples else None
-        models[k.key] = KindModel(k.key, k.launch_us * 1e-6, text, k.samples, quality)
+        models[k.key] = KindModel(k.key, tuple(k.base), text, k.samples, quality)
     return OpTimePredictor(models, [int(c * 2**10) for c in table.caches_kib], roof)
 
 

@@ -1,28 +1,34 @@
 """Op-time predictors that generalise beyond the shapes they were fitted on.
 
-Per op kind, a gradient-boosted tree regressor (LightGBM) over shape features predicts the
-*utilisation* an op reaches of its roofline, as NeuSight does for GPU kernels: an op's time
-is ``launch + roofline / utilisation`` with ``roofline = max(FLOPs / peak, bytes /
-bandwidth)`` from the device's spec and the utilisation held in (0, 1], so no prediction is
-ever faster than the device's peak or bandwidth allow, and a tree, which extrapolates as a
-constant, extrapolates a utilisation rather than a time.
+Per op kind, two parts (as nn-Meter's kernel predictors and NeuSight's utilisation bound
+suggest): a **base**, a non-negative linear model of the op's time over what it does —
+a fixed cost, FLOPs, bytes read and written, bytes beyond the last-level cache, bytes a
+windowed kernel gathers, the batched products it runs, weights read from memory — fitted
+on relative error with a robust loss, which extrapolates linearly past the sizes it saw;
+and a **correction**, gradient-boosted trees (LightGBM) over shape features that predict
+the log of measured over base time, which capture what a kernel does at particular shapes
+(channel counts off the vector width, odd windows, cache cliffs). The prediction is bounded
+by the roofline: the *utilisation* ``roofline / time`` is never above 1, with ``roofline =
+max(FLOPs / peak, bytes / bandwidth)`` from the device's spec (or the fastest rates a
+calibration measured), so no op is ever predicted faster than physics allows; and a tree,
+which extrapolates as a constant, extrapolates a factor on the base, not a time.
 
 LightGBM was chosen over scikit-learn's ``HistGradientBoostingRegressor`` because a fitted
 LightGBM model is text through its public API (``Booster.model_to_string`` and
 ``Booster(model_str=...)``): a calibration file holds the fitted model itself, with no
 pickle, and reads back to the same predictions on any machine.
 
-The features are what kernels care about (:data:`FEATURES`): FLOPs, bytes read and written,
-weights, arithmetic intensity, the work per output element (a product's inner dimension, a
-convolution's window), each output dimension, remainders of the innermost and channel
-dimensions against vector widths, the kernel window, stride, padding and groups, the
-elements a windowed kernel gathers, the weights read from memory rather than cache, and the
-footprint against each cache level. They read the op alone (its outputs, attributes and
-costs), so a cost model can price an op without its graph.
+The tree features are what kernels care about (:data:`FEATURES`): FLOPs, bytes read and
+written, weights, arithmetic intensity, the work per output element (a product's inner
+dimension, a convolution's window), each output dimension, remainders of the innermost and
+channel dimensions against vector widths, the kernel window, stride, padding and groups,
+the elements a windowed kernel gathers, the weights read from memory rather than cache,
+and the footprint against each cache level. They read the op alone (its outputs,
+attributes and costs), so a cost model can price an op without its graph.
 
-A kind with too few samples is priced by its op class's model (``class:<op_class>``, fitted
-on every sample of that class), so an op kind calibration never ran still gets a fitted
-time.
+A kind with too few samples is priced by its op class's model (``class:<op_class>``,
+fitted on every sample of that class), so an op kind calibration never ran still gets a
+fitted time.
 
 >>> import numpy as np
 >>> from hwmodels.spec import Device
@@ -53,9 +59,9 @@ from hwmodels.spec import Device
 from workloads.errors import HardwareSpecError
 from workloads.op import Op, window_work
 
-__all__ = ["FEATURES", "KindModel", "OpSample", "OpTimePredictor", "Quality",
-           "fit_kind", "fit_predictor", "model_key", "op_features", "predict_samples",
-           "roofline_seconds"]
+__all__ = ["BASE_FEATURES", "FEATURES", "KindModel", "OpSample", "OpTimePredictor",
+           "Quality", "base_features", "fit_base", "fit_kind", "fit_predictor", "model_key",
+           "op_features", "predict_samples", "roofline_seconds"]
 
 #: Cache sizes (bytes) the footprint features are taken against where none are given:
 #: 32 KiB, 1 MiB, 32 MiB.
@@ -67,16 +73,16 @@ FEATURES = (
     "channel_mod16", "kernel_area", "stride", "padding", "groups", "log_gathered",
     "products", "log_cold", "footprint_l1", "footprint_l2", "footprint_llc")
 
-#: Utilisations are clipped to [exp(LOG_U_MIN), 1].
-LOG_U_MIN = -30.0
+#: The trees' correction of the base is at most this factor either way (log).
+MAX_LOG_CORRECTION = 3.0
 #: The least roofline time an op has (one nanosecond): an op that moves nothing (a view)
 #: still costs its dispatch, which its utilisation of this floor then expresses.
 ROOF_FLOOR_S = 1e-9
 #: LightGBM's settings: small trees, many of them, slowly; deterministic and one thread
 #: (a calibration is fitted while nothing else runs, and predictions must repeat).
 LGBM_PARAMS: dict[str, Any] = {
-    "objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "n_estimators": 300,
-    "num_leaves": 12, "min_child_samples": 4, "reg_lambda": 1.0, "subsample": 1.0,
+    "objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "n_estimators": 200,
+    "num_leaves": 8, "min_child_samples": 8, "reg_lambda": 1.0, "subsample": 1.0,
     "colsample_bytree": 1.0, "deterministic": True, "force_row_wise": True, "n_jobs": 1,
     "verbose": -1}
 
@@ -127,6 +133,29 @@ def op_features(op: Op, cold_bytes: float = 0.0,
         _log2(cold_bytes), *(_log2(moved / c) if moved else -30.0 for c in caches))
 
 
+#: What the base model is linear in (seconds per unit of each).
+BASE_FEATURES = ("launch", "flops", "read", "written", "beyond_llc", "gathered", "products",
+                 "cold")
+
+
+def base_features(op: Op, cold_bytes: float = 0.0,
+                  caches: Sequence[int] = DEFAULT_CACHES) -> tuple[float, ...]:
+    """``op``'s values of :data:`BASE_FEATURES`.
+
+    >>> from workloads.op import Tensor
+    >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (256,)),), flops=256,
+    ...           bytes_read=1024, bytes_written=1024)
+    >>> base_features(relu, caches=(64, 512, 1024))
+    (1.0, 256.0, 1024.0, 1024.0, 1024.0, 0.0, 0.0, 0.0)
+    """
+    moved = op.bytes_read + op.bytes_written
+    gathered, products = window_work(op)
+    itemsize = op.outputs[0].nbytes / max(op.outputs[0].numel, 1) if op.outputs else 4.0
+    return (1.0, float(op.flops), float(op.bytes_read), float(op.bytes_written),
+            float(max(moved - caches[-1], 0)), float(gathered * itemsize), float(products),
+            float(cold_bytes))
+
+
 def roofline_seconds(flops: float, moved: float, dtype: str, spec: Device) -> float:
     """The larger of the compute and the memory roof on ``spec`` (at least
     :data:`ROOF_FLOOR_S`): the least time the op can take there, launch aside."""
@@ -154,6 +183,8 @@ class OpSample:
     seconds: float
     signature: str = ""
     name: str = ""
+    #: The op's :func:`base_features`.
+    base: tuple[float, ...] = ()
 
     @classmethod
     def of(cls, op: Op, seconds: float, *, cold_bytes: float = 0.0,
@@ -161,7 +192,8 @@ class OpSample:
         """The sample of ``op`` measured at ``seconds``."""
         return cls(model_key(op), op.op_class, op.dtype, float(op.flops),
                    float(op.bytes_read + op.bytes_written),
-                   op_features(op, cold_bytes, caches), float(seconds), signature, op.name)
+                   op_features(op, cold_bytes, caches), float(seconds), signature, op.name,
+                   base_features(op, cold_bytes, caches))
 
 
 @dataclass(frozen=True)
@@ -185,11 +217,12 @@ class Quality:
 
 @dataclass(frozen=True)
 class KindModel:
-    """One kind's (or op class's) fitted utilisation model: the launch overhead, the
-    LightGBM model as text, and its error on held-out samples it was not fitted to."""
+    """One kind's (or op class's) fitted model: the base's coefficients (seconds per unit
+    of each of :data:`BASE_FEATURES`), the correction's LightGBM model as text, and its
+    error on held-out samples it was not fitted to."""
 
     key: str
-    launch_s: float
+    base: tuple[float, ...]
     text: str = field(repr=False)
     trained_on: int
     heldout: Quality | None = None
@@ -200,9 +233,14 @@ class KindModel:
 
         return lightgbm.Booster(model_str=self.text)
 
-    def log_utilisation(self, x: np.ndarray) -> np.ndarray:
-        raw = self.booster.predict(x, num_threads=1)
-        return np.clip(np.asarray(raw, dtype=float), LOG_U_MIN, 0.0)
+    def seconds(self, features: np.ndarray, base: np.ndarray, roof: np.ndarray
+                ) -> np.ndarray:
+        """Predicted seconds of ops with these tree features, base features and
+        roofline times (rows): the base times the correction, never below the roof."""
+        linear = np.maximum(base @ np.asarray(self.base), ROOF_FLOOR_S)
+        correction = np.clip(np.asarray(self.booster.predict(features, num_threads=1),
+                                        dtype=float), -MAX_LOG_CORRECTION, MAX_LOG_CORRECTION)
+        return np.maximum(linear * np.exp(correction), roof)
 
     def packed(self) -> str:
         """The model text, compressed (zlib) and base64-encoded, as a file stores it."""
@@ -248,8 +286,7 @@ class OpTimePredictor:
         return Quality.of(np.array(predicted), np.array(measured))
 
     def time(self, op: Op, spec: Device, cold_bytes: float = 0.0) -> float:
-        """Predicted seconds of ``op`` on a device of ``spec`` (the roofline's launch and
-        roofs where no model covers the op)."""
+        """Predicted seconds of ``op`` on a device of ``spec``."""
         return float(self.times([op], spec, [cold_bytes])[0])
 
     def times(self, ops: Sequence[Op], spec: Device,
@@ -266,43 +303,47 @@ class OpTimePredictor:
                                         f"{op.kind!r}, class {op.op_class!r})")
             groups.setdefault(model.key, []).append(i)
         for key, index in groups.items():
-            model = self.models[key]
             x = np.array([op_features(ops[i], cold[i], self.caches) for i in index])
-            u = np.exp(model.log_utilisation(x))
+            base = np.array([base_features(ops[i], cold[i], self.caches) for i in index])
             roof = np.array([roofline_seconds(ops[i].flops, ops[i].bytes_read
                                               + ops[i].bytes_written, ops[i].dtype, spec)
                              for i in index])
-            out[index] = model.launch_s + roof / u
+            out[index] = self.models[key].seconds(x, base, roof)
         return out
 
 
-def _targets(samples: Sequence[OpSample], spec: Device, launch: float) -> np.ndarray:
-    """log utilisation of each sample: its roofline over its time beyond the launch."""
-    roof = np.array([roofline_seconds(s.flops, s.moved, s.dtype, spec) for s in samples])
-    beyond = np.array([max(s.seconds - launch, 1e-3 * s.seconds) for s in samples])
-    return np.clip(np.log(roof / beyond), LOG_U_MIN, 0.0)
+def fit_base(samples: Sequence[OpSample]) -> tuple[float, ...]:
+    """Non-negative coefficients of :data:`BASE_FEATURES` fitted to the samples' times on
+    relative error, with a robust loss (a hiccup of the machine moves it little), from a
+    non-negative least-squares start."""
+    from scipy.optimize import least_squares, nnls
 
-
-def _launch(samples: Sequence[OpSample]) -> float:
-    """A kind's fixed cost per op: half its fastest sample (no op takes less than its
-    dispatch; the model learns the rest)."""
-    return 0.5 * min(s.seconds for s in samples)
+    raw = np.array([s.base for s in samples])
+    seconds = np.array([s.seconds for s in samples])
+    scale = np.where(raw.max(axis=0) > 0, raw.max(axis=0), 1.0)
+    x = raw / scale  # columns of order 1: better conditioned
+    start, _ = nnls(x / seconds[:, None], np.ones(len(samples)))
+    result = least_squares(lambda c: (x @ c) / seconds - 1, np.maximum(start, 1e-12),
+                           bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
+    return tuple(float(v) for v in result.x / scale)
 
 
 def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int = 0,
              heldout: Sequence[OpSample] = ()) -> KindModel:
-    """Fit one key's model on ``samples``; its quality on ``heldout`` (never fitted)."""
+    """Fit one key's model on ``samples`` (the base, then the trees on the log of measured
+    over base time); its quality on ``heldout``, which it never saw."""
     import lightgbm
 
-    launch = _launch(samples)
-    x = np.array([s.features for s in samples])
+    base = fit_base(samples)
+    linear = np.maximum(np.array([s.base for s in samples]) @ np.asarray(base),
+                        ROOF_FLOOR_S)
+    target = np.log(np.array([s.seconds for s in samples]) / linear)
     regressor = lightgbm.LGBMRegressor(**LGBM_PARAMS, random_state=seed)
-    regressor.fit(x, _targets(samples, spec, launch))
-    text = regressor.booster_.model_to_string()
-    model = KindModel(key, launch, text, len(samples))
+    regressor.fit(np.array([s.features for s in samples]), target)
+    model = KindModel(key, base, regressor.booster_.model_to_string(), len(samples))
     if heldout:
         predicted = predict_samples(model, heldout, spec)
-        model = KindModel(key, launch, text, len(samples),
+        model = KindModel(key, base, model.text, len(samples),
                           Quality.of(predicted, np.array([s.seconds for s in heldout])))
     return model
 
@@ -310,9 +351,9 @@ def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int =
 def predict_samples(model: KindModel, samples: Sequence[OpSample], spec: Device
                     ) -> np.ndarray:
     """``model``'s predicted seconds of each sample, with ``spec``'s roofline."""
-    x = np.array([s.features for s in samples])
     roof = np.array([roofline_seconds(s.flops, s.moved, s.dtype, spec) for s in samples])
-    return model.launch_s + roof / np.exp(model.log_utilisation(x))
+    return model.seconds(np.array([s.features for s in samples]),
+                         np.array([s.base for s in samples]), roof)
 
 
 def fit_predictor(samples: Sequence[OpSample], spec: Device, *, seed: int = 0,

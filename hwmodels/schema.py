@@ -70,7 +70,9 @@ class PredictorKind(Schema):
     """One op kind's (or op class's, ``class:<op_class>``) fitted utilisation model."""
 
     key: Name
-    launch_us: NonNegative
+    #: The base model's coefficients, seconds per unit of each of
+    #: ``hwmodels.predictor.BASE_FEATURES``.
+    base: Annotated[list[NonNegative], Field(min_length=8, max_length=8)]
     samples: Annotated[int, Field(ge=1)]
     heldout_median: NonNegative = 0.0
     heldout_p90: NonNegative = 0.0

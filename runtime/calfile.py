@@ -39,7 +39,7 @@ def _quality(q: Quality | None) -> dict[str, Any]:
 
 
 def _kind_row(m: KindModel) -> dict[str, Any]:
-    return {"key": m.key, "launch_us": m.launch_s * 1e6, "samples": m.trained_on,
+    return {"key": m.key, "base": list(m.base), "samples": m.trained_on,
             **_quality(m.heldout), "format": MODEL_FORMAT, "model": m.packed()}
 
 
@@ -149,7 +149,7 @@ def report(cal: Calibration) -> dict[str, Any]:
             "samples": cal.overall.samples}, "kinds_fitted": len(cal.predictor.models),
         "signatures": len(cal.shapes), "run_start_us": cal.start_s * 1e6,
         "reference_ms": cal.reference_s * 1e3, "side_by_side": cal.side_by_side,
-        "host_slowdown": cal.host_slowdown,
+        "host_slowdown": cal.host_slowdown, "stages": cal.stages,
         "link": None if link is None else {"bandwidth_gbps": link.bandwidth / 1e9,
                                            "latency_us": link.latency_s * 1e6,
                                            "fit": link.quality}}

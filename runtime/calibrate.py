@@ -20,6 +20,7 @@ True
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +46,7 @@ from runtime.fitting import (
     fit_samples,
     shape_table,
 )
-from runtime.microbench import Sample, time_cases
+from runtime.microbench import Sample, ShapeSample, Timed, time_cases
 from workloads.errors import CalibrationError
 
 if TYPE_CHECKING:
@@ -71,9 +72,9 @@ class Budget:
     #: Random configurations per family fitted on, and held out (never fitted).
     cases: int
     heldout: int
-    #: Adaptive rounds, and the configurations each adds per poorly predicted kind.
+    #: Adaptive rounds, each adding this share of ``cases`` near the worst predictions.
     rounds: int
-    extra: int
+    extra: float
     #: Each case runs at least ``repeats`` times and ``min_seconds`` in all.
     repeats: int
     min_seconds: float
@@ -84,18 +85,18 @@ class Budget:
 
     @classmethod
     def full(cls) -> Budget:
-        return cls(cases=40, heldout=10, rounds=2, extra=12, repeats=5, min_seconds=0.05,
+        return cls(cases=32, heldout=8, rounds=1, extra=0.25, repeats=5, min_seconds=0.05,
                    quick_zoo=False)
 
     @classmethod
     def quick(cls) -> Budget:
-        return cls(cases=16, heldout=6, rounds=1, extra=8, repeats=3, min_seconds=0.03,
+        return cls(cases=12, heldout=4, rounds=1, extra=0.25, repeats=3, min_seconds=0.03,
                    quick_zoo=True)
 
     @classmethod
     def tiny(cls) -> Budget:
         """For tests: a few cases, no adaptive round."""
-        return cls(cases=3, heldout=2, rounds=0, extra=0, repeats=1, min_seconds=0.0,
+        return cls(cases=3, heldout=2, rounds=0, extra=0.0, repeats=1, min_seconds=0.0,
                    quick_zoo=True)
 
 
@@ -127,6 +128,8 @@ class Calibration:
     adaptive: dict[str, list[float]] = field(default_factory=dict)
     #: The op signatures the fit learned from (graphs meant to be unseen avoid them).
     signatures: frozenset[str] = frozenset()
+    #: Seconds each stage of the calibration took.
+    stages: dict[str, float] = field(default_factory=dict)
 
     def write(self, path: str | Path) -> Path:
         """Write the calibration as a hardware TOML (atomically); return its path."""
@@ -159,9 +162,21 @@ class Calibration:
         return report(self)
 
 
+class _Stages:
+    """Wall time per stage."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = now - self._last
+        self._last = now
+
+
 def _time(engine: Engine, configs: Sequence[Config], budget: Budget, progress: Progress,
-          what: str, caches: Sequence[int]) -> tuple[list[tuple[OpSample, Config]],
-                                                    list[float]]:
+          what: str, caches: Sequence[int]) -> tuple[list[Timed], list[float]]:
     return time_cases(engine, configs, repeats=budget.repeats,
                       min_seconds=budget.min_seconds, caches=caches,
                       progress=lambda items: progress(items, what))
@@ -206,25 +221,77 @@ def cross_validate(samples: Sequence[OpSample], roof: Device, *, folds: int = 4,
     return errors
 
 
-def _adapt(timed: list[tuple[OpSample, Config]], roof: Device, budget: Budget,
-           rng: np.random.Generator, seed: int) -> tuple[list[Config], dict[str, float]]:
-    """Configurations near the worst cross-validated samples of every kind whose 90th
-    percentile error exceeds the target; and each kind's cross-validated p90."""
+def _adapt(timed: list[Timed], reference: float, roof: Device, extra: int,
+           target: float, rng: np.random.Generator, seed: int
+           ) -> tuple[list[Config], dict[str, float]]:
+    """``extra`` configurations near the worst cross-validated samples of the kinds whose
+    90th-percentile error exceeds ``target``, shared among them in proportion to that
+    error; and each kind's cross-validated p90."""
     from runtime.sampling import perturb
 
-    samples = [s for s, _ in timed]
+    samples = [t.at(reference) for t in timed]
     errors = cross_validate(samples, roof, seed=seed)
-    p90: dict[str, float] = {}
-    worst: dict[str, list[int]] = {}
-    for key in dict.fromkeys(s.key for s in samples):
-        index = [i for i, s in enumerate(samples) if s.key == key and not np.isnan(errors[i])]
-        if not index:
-            continue
-        p90[key] = float(np.quantile(errors[index], 0.9))
-        if p90[key] > budget.target:
-            worst[key] = sorted(index, key=lambda i: -errors[i])[:budget.extra]
-    configs = [perturb(timed[i][1], rng) for index in worst.values() for i in index]
-    return configs, p90
+    index: dict[str, list[int]] = {}
+    for i, s in enumerate(samples):
+        if not np.isnan(errors[i]):
+            index.setdefault(s.key, []).append(i)
+    p90 = {key: float(np.quantile(errors[mine], 0.9)) for key, mine in index.items()}
+    poor = {k: v for k, v in p90.items() if v > target}
+    total = sum(poor.values())
+    chosen: dict[int, Config] = {}
+    for key, value in sorted(poor.items(), key=lambda kv: -kv[1]):
+        share = max(1, round(extra * value / total)) if total else 0
+        for i in sorted(index[key], key=lambda i: -errors[i])[:share]:
+            chosen.setdefault(id(timed[i].config), timed[i].config)
+    return [perturb(c, rng) for c in list(chosen.values())[:extra]], p90
+
+
+@dataclass
+class _Measured:
+    """What calibration measured, before any fit: samples with the machine's speed when
+    each was taken."""
+
+    timed: list[Timed]
+    heldout: list[Timed]
+    zoo: list[ShapeSample]
+    gaps: list[float]
+    starts: list[float]
+
+    @property
+    def reference_s(self) -> float:
+        """The machine's median speed over the calibration (every sample is scaled to
+        it, so a slow phase of a shared machine moves no fit)."""
+        return statistics.median([t.speed_s for t in self.timed + self.heldout]
+                                 + [z.speed_s for z in self.zoo if z.speed_s])
+
+    def training(self) -> list[OpSample]:
+        ref = self.reference_s
+        return [t.at(ref) for t in self.timed] + [
+            s for z in self.zoo if (s := z.at(ref).sample) is not None]
+
+
+def _measure(engine: Engine, budget: Budget, seed: int, show: Progress,
+             caches: Sequence[int], clock: _Stages) -> _Measured:
+    """Random configurations fitted on and held out, timed in one shuffled pass (so both
+    see the same phases of the machine); then the zoo's models whole."""
+    from runtime.microbench import calibration_graphs, time_graphs
+    from runtime.sampling import FAMILIES, draw
+
+    rng, held_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    configs = [draw(f, rng) for f in FAMILIES for _ in range(budget.cases)]
+    held = [draw(f, held_rng) for f in FAMILIES for _ in range(budget.heldout)]
+    order = np.random.default_rng([seed, 2]).permutation(len(configs) + len(held))
+    both = [(configs + held)[i] for i in order]
+    timed, gaps = _time(engine, both, budget, show, "random ops", caches)
+    heldout_ids = {id(c) for c in held}
+    clock.done("random and held-out ops")
+    zoo, starts = time_graphs(engine, calibration_graphs(budget.quick_zoo),
+                              repeats=budget.repeats, caches=caches,
+                              min_seconds=4 * budget.min_seconds,
+                              progress=lambda items: show(items, "zoo models"))
+    clock.done("zoo models")
+    return _Measured([t for t in timed if id(t.config) not in heldout_ids],
+                     [t for t in timed if id(t.config) in heldout_ids], zoo, gaps, starts)
 
 
 def calibrate(engine: Engine, *, quick: bool = False, progress: Progress | None = None,
@@ -232,59 +299,53 @@ def calibrate(engine: Engine, *, quick: bool = False, progress: Progress | None 
     """Measure ``engine`` and fit its cost model (see the module's docstring); ``budget``
     overrides the quick or full one."""
     from runtime.hosts import median_slowdown, slowdown_of
-    from runtime.microbench import (
-        calibration_graphs,
-        reference_seconds,
-        time_copies,
-        time_graphs,
-    )
-    from runtime.sampling import FAMILIES, draw
+    from runtime.microbench import time_copies
+    from runtime.sampling import FAMILIES
 
     budget = budget or (Budget.quick() if quick else Budget.full())
     show = progress or _quiet
     caches = cache_sizes()
-    rng, held_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    clock = _Stages()
     copies = time_copies(engine, quick=quick, repeats=budget.repeats)
-    configs = [draw(f, rng) for f in FAMILIES for _ in range(budget.cases)]
-    timed, gaps = _time(engine, configs, budget, show, "random ops", caches)
-    held = [draw(f, held_rng) for f in FAMILIES for _ in range(budget.heldout)]
-    heldout, _ = _time(engine, held, budget, show, "held-out ops", caches)
-    in_graphs, starts = time_graphs(engine, calibration_graphs(budget.quick_zoo),
-                                    repeats=budget.repeats, caches=caches,
-                                    min_seconds=10 * budget.min_seconds,
-                                    progress=lambda items: show(items, "zoo models"))
-    zoo = [s.sample for s in in_graphs if s.sample is not None]
-    fit = fit_samples([Sample.of(s) for s, _ in timed] + [Sample.of(s) for s in zoo],
-                      buckets=3 if quick else 4)
+    m = _measure(engine, budget, seed, show, caches, clock)
+    reference = m.reference_s
+    fit = fit_samples([Sample.of(s) for s in m.training()], buckets=3 if quick else 4)
     model = engine.cluster().devices[0].model
-    roof = _roof([s for s, _ in timed] + zoo, fit, model)
+    roof = _roof(m.training(), fit, model)
     adaptive: dict[str, list[float]] = {}
+    rng = np.random.default_rng([seed, 3])
     for round_ in range(budget.rounds):
-        extra, p90 = _adapt(timed, roof, budget, rng, seed + round_)
+        extra, p90 = _adapt(m.timed, reference, roof,
+                            round(budget.extra * budget.cases * len(FAMILIES)),
+                            budget.target, rng, seed + round_)
         for key, value in p90.items():
             adaptive.setdefault(key, []).append(value)
         more, more_gaps = _time(engine, extra, budget, show, f"adaptive round {round_ + 1}",
                                 caches)
-        timed += more
-        gaps += more_gaps
+        m.timed += more
+        m.gaps += more_gaps
+        clock.done(f"adaptive round {round_ + 1}")
     copies += time_copies(engine, quick=quick, repeats=budget.repeats)
     side = slowdown_of(engine, repeats=budget.repeats)
-    training = [s for s, _ in timed] + zoo
+    clock.done("links, side by side")
+    training = m.training()
     seen = {s.signature for s in training}
-    unseen = [s for s, _ in heldout if s.signature not in seen]
+    unseen = [s for t in m.heldout if (s := t.at(reference)).signature not in seen]
     predictor = fit_predictor(training, roof, seed=seed, heldout=unseen, caches=caches,
                               roof=True)
+    clock.done("fit")
     spec = engine.cluster().devices[0]
     return Calibration(
         engine=engine.name, devices=engine.devices, model=model,
         memory_bytes=spec.memory_bytes, threads=getattr(engine, "threads", 1), fit=fit,
         predictor=predictor, link=fit_link(copies),
-        dispatch_s=dispatch_seconds([Sample("gap", "dispatch", 0, 0, g) for g in gaps]),
-        shapes=shape_table(in_graphs), start_s=statistics.median(starts) if starts else 0.0,
-        reference_s=reference_seconds(engine), side_by_side=side,
+        dispatch_s=dispatch_seconds([Sample("gap", "dispatch", 0, 0, g) for g in m.gaps]),
+        shapes=shape_table([z.at(reference) for z in m.zoo]),
+        start_s=statistics.median(m.starts) if m.starts else 0.0,
+        reference_s=reference, side_by_side=side,
         host_slowdown=median_slowdown(side), samples=len(training) + len(copies),
         fingerprint=engine.fingerprint(),
         heldout={k: m.heldout for k, m in predictor.models.items() if m.heldout},
-        overall=predictor.quality(unseen) if unseen else None,
+        overall=predictor.quality(unseen) if unseen else None, stages=clock.seconds,
         adaptive=adaptive, signatures=frozenset(seen))
 

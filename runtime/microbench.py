@@ -12,7 +12,7 @@ model to these times; validation uses graphs whose ops calibration never timed.
 >>> import numpy as np
 >>> timed, gaps = time_cases(NumpyEngine(), [draw("relu", np.random.default_rng(0))],
 ...                          repeats=2, min_seconds=0.0)
->>> timed[0][0].key in {"relu", "backward:relu", "softmax"}, timed[0][0].seconds > 0
+>>> timed[0].sample.key in {"relu", "backward:relu", "softmax"}, timed[0].speed_s > 0
 (True, True)
 """
 
@@ -23,7 +23,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hwmodels.cost import weight_bytes
@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from runtime.executor import RunResult
     from runtime.sampling import Config
 
-__all__ = ["Sample", "ShapeSample", "calibration_graphs", "cold_weights", "median_time",
-           "pinned", "reference_seconds", "time_cases", "time_copies", "time_graphs"]
+__all__ = ["Sample", "ShapeSample", "Timed", "calibration_graphs", "cold_weights",
+           "median_time", "pinned", "probe_graph", "reference_seconds", "time_cases",
+           "time_copies", "time_graphs"]
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
@@ -61,6 +62,20 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Timed:
+    """A sample, the configuration whose graph it was measured in, and the machine's speed
+    when it was (the time :func:`reference_seconds` took just before)."""
+
+    sample: OpSample
+    config: Config
+    speed_s: float
+
+    def at(self, reference_s: float) -> OpSample:
+        """The sample's time scaled to the machine running the probe in ``reference_s``."""
+        return replace(self.sample, seconds=self.sample.seconds * reference_s / self.speed_s)
+
+
+@dataclass(frozen=True)
 class ShapeSample:
     """How long an op of one signature kept its device busy inside a whole graph run at
     ``batch``; ``sample``, the same time with what the predictor reads of the op."""
@@ -70,6 +85,16 @@ class ShapeSample:
     batch: int
     seconds: float
     sample: OpSample | None = None
+    #: The machine's speed when it was measured (:func:`reference_seconds`); 0: unknown.
+    speed_s: float = 0.0
+
+    def at(self, reference_s: float) -> ShapeSample:
+        """The time scaled to the machine running the probe in ``reference_s``."""
+        if not self.speed_s:
+            return self
+        factor = reference_s / self.speed_s
+        sample = self.sample and replace(self.sample, seconds=self.sample.seconds * factor)
+        return replace(self, seconds=self.seconds * factor, sample=sample)
 
 
 def pinned(graph: Graph, engine: Engine, where: Mapping[str, str] | None = None) -> Plan:
@@ -128,13 +153,15 @@ def cold_weights(graph: Graph, caches: Sequence[int] = DEFAULT_CACHES) -> dict[s
 
 def _timed(engine: Engine, graph: Graph, *, warmup: int, repeats: int, min_seconds: float,
            seed: int) -> RunResult:
-    """``graph`` on the engine's first device: at least ``repeats`` runs and
-    ``min_seconds`` in all (at most 200 runs)."""
+    """``graph`` on the engine's first device: at least ``repeats`` runs (three of a graph
+    that takes a tenth of a second) and ``min_seconds`` in all (at most 200 runs)."""
     from runtime.executor import execute
 
     plan = pinned(graph, engine)
     probe = execute(plan, engine, warmup=warmup, repeats=1, seed=seed).makespan_s
-    runs = max(repeats, min(200, math.ceil(min_seconds / max(probe, 1e-6))))
+    # a run of a tenth of a second or more is steady enough in a few repeats
+    least = repeats if probe < 0.1 else min(repeats, 3)
+    runs = max(least, min(200, math.ceil(min_seconds / max(probe, 1e-6))))
     return execute(plan, engine, warmup=0, repeats=runs, seed=seed)
 
 
@@ -163,20 +190,22 @@ def _samples(graph: Graph, seconds: Mapping[str, float], caches: Sequence[int]
 def time_cases(engine: Engine, configs: Sequence[Config], *, warmup: int = 1,
                repeats: int = 5, min_seconds: float = 0.05, seed: int = 0,
                progress: Progress = iter, caches: Sequence[int] = DEFAULT_CACHES
-               ) -> tuple[list[tuple[OpSample, Config]], list[float]]:
+               ) -> tuple[list[Timed], list[float]]:
     """Build and run each configuration's graph (:func:`runtime.sampling.build`); every
-    op of it becomes a sample, paired with the configuration that made it; and the idle
+    op of it becomes a sample, paired with the configuration that made it and the
+    machine's speed then (:func:`reference_seconds`, taken before the case); and the idle
     times between consecutive ops (the executor's dispatch)."""
     from runtime.sampling import build
 
-    out: list[tuple[OpSample, Config]] = []
+    out: list[Timed] = []
     gaps: list[float] = []
     for config in progress(list(configs)):
         graph = build(config)
+        speed = reference_seconds(engine)
         run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
                      seed=seed)
         gaps += _gaps(run.trace)
-        out += [(s, config) for s in _samples(graph, _op_seconds(run), caches)]
+        out += [Timed(s, config, speed) for s in _samples(graph, _op_seconds(run), caches)]
     return out, gaps
 
 
@@ -186,30 +215,39 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
                 ) -> tuple[list[ShapeSample], list[float]]:
     """Run each graph on the engine's first device and record how long each op kept the
     device busy (the median over at least ``repeats`` runs and ``min_seconds``), under its
-    signature and batch and with what the predictor reads of it; and each run's delay
-    before its first op."""
+    signature and batch, with what the predictor reads of it and the machine's speed then;
+    and each run's delay before its first op."""
     from hwmodels.cost import op_batch
 
     samples, starts = [], []
     for graph in progress(graphs):
+        speed = reference_seconds(engine)
         run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
                      seed=seed)
         for s in _samples(graph, _op_seconds(run), caches):
             batch = op_batch(graph.op(s.name), graph)
-            samples.append(ShapeSample(s.key, s.signature, batch, s.seconds, s))
+            samples.append(ShapeSample(s.key, s.signature, batch, s.seconds, s, speed))
         starts.append(float(run.trace["start_s"].min()))
     return samples, starts
 
 
-def reference_seconds(engine: Engine, repeats: int = 3) -> float:
-    """The fastest of ``repeats`` runs of a fixed reference graph (ResNet-50's forward
-    pass at batch 1) on the engine's first device: the machine's speed now, to compare
-    with its speed when it was calibrated (a shared machine's speed drifts)."""
-    from runtime.executor import execute
-    from workloads.zoo import build_model
+def probe_graph() -> Graph:
+    """A small fixed graph whose time says how fast the machine runs now: a product of a
+    few million FLOPs and a pass over two megabytes (about two milliseconds)."""
+    b = GraphBuilder("speed_probe")
+    b.relu(b.linear(b.input((160, 384)), 384))
+    b.relu(b.input((512, 1024), name="stream"))
+    return b.build()
 
-    plan = pinned(build_model("resnet50"), engine)
-    return min(execute(plan, engine, warmup=1, repeats=repeats).makespans_s)
+
+def reference_seconds(engine: Engine, repeats: int = 3) -> float:
+    """The fastest of ``repeats`` runs of :func:`probe_graph` on the engine's first device:
+    the machine's speed now, to compare with its speed at other times (a shared machine's
+    speed drifts, in phases of milliseconds to minutes)."""
+    from runtime.executor import execute
+
+    return min(execute(pinned(probe_graph(), engine), engine, warmup=1,
+                       repeats=repeats).makespans_s)
 
 
 def median_time(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:

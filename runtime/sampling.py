@@ -44,8 +44,10 @@ Config = dict[str, Any]
 #: belong to validation graphs, never to calibration.
 MODULUS, RESIDUE = 7, 3
 #: A sampled op's budget: at most this many FLOPs and bytes moved (a draw over either is
-#: drawn again), so that one case takes milliseconds, not seconds.
+#: drawn again), so that one case takes milliseconds; a ``large`` draw (one in
+#: ``LARGE_SHARE``) may take ten times as much, so the fit sees the sizes big models run.
 MAX_FLOPS, MAX_BYTES = 2e9, 96 * 2**20
+LARGE_FLOPS, LARGE_BYTES, LARGE_SHARE = 2e10, 512 * 2**20, 0.15
 
 
 def is_held_out(d: int) -> bool:
@@ -249,6 +251,7 @@ def draw(family: str, rng: np.random.Generator, *, held_out: bool = False) -> Co
         config.setdefault("train", bool(rng.random() < 0.5))
         config["optimizer"] = ("sgd", "momentum", "adam")[int(rng.integers(3))]
         config["pre"] = bool(rng.random() < 0.7)
+        config["large"] = bool(rng.random() < LARGE_SHARE)
         if _within_budget(config):
             return config
     raise ValueError(f"family {family!r}: no configuration within the budget")
@@ -283,7 +286,8 @@ def _within_budget(config: Config) -> bool:
     moved = max((o.bytes_read + o.bytes_written for o in ops), default=0)
     # every dimension of every tensor on calibration's side, derived ones too
     split = any(is_held_out(d) for o in graph for t in o.outputs for d in t.shape)
-    return bool(ops) and flops <= MAX_FLOPS and moved <= MAX_BYTES and not split
+    most = (LARGE_FLOPS, LARGE_BYTES) if config.get("large") else (MAX_FLOPS, MAX_BYTES)
+    return bool(ops) and flops <= most[0] and moved <= most[1] and not split
 
 
 def _input(b: GraphBuilder, config: Config) -> str:
@@ -292,19 +296,25 @@ def _input(b: GraphBuilder, config: Config) -> str:
     return b.input(fam.shape(config), dtype="int64" if fam.name == "embedding" else None)
 
 
-def _forward(config: Config) -> Graph:
+def _forward(config: Config, *, sink: bool = False) -> Graph:
+    """The op alone; with ``sink``, followed by a view of its output, so that its time, as
+    every op's in a graph, runs to the next op's start (releasing its inputs, dispatching
+    the next) rather than stopping at its kernel's end."""
     b = GraphBuilder(f"sample.{config['family']}")
-    FAMILIES[config["family"]].forward(b, _input(b, config), config)
+    y = FAMILIES[config["family"]].forward(b, _input(b, config), config)
+    if sink:
+        b.reshape(y, b.shape(y))
     return b.build()
 
 
 def build(config: Config) -> Graph:
-    """The graph that samples ``config``: its op alone, or (``config["train"]``) a
+    """The graph that samples ``config``: its op alone (and a view of its output after
+    it, as a next op), or (``config["train"]``) a
     training step around it: a ReLU before it (``pre``: its input's gradient is computed),
     a softmax after it (a global average pool and a flatten first for an image), the loss
     and the updates of ``config["optimizer"]``."""
     if not config["train"]:
-        return _forward(config)
+        return _forward(config, sink=True)
     from workloads.training import training_graph
 
     fam = FAMILIES[config["family"]]

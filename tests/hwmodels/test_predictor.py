@@ -77,10 +77,12 @@ def _fitted(samples: tuple[OpSample, ...]):  # the same fit for every hypothesis
 def test_a_stored_model_predicts_what_the_fitted_one_did() -> None:
     samples = [OpSample.of(_relu(m), _stream_time(m)) for m in (2**k for k in range(6, 25))]
     model = fit_predictor(samples, CPU, min_samples=4).models["relu"]
-    again = KindModel(model.key, model.launch_s, KindModel.unpack(model.packed(), "here"),
+    again = KindModel(model.key, model.base, KindModel.unpack(model.packed(), "here"),
                       model.trained_on)
     x = np.array([s.features for s in samples])
-    assert np.array_equal(model.log_utilisation(x), again.log_utilisation(x))
+    base = np.array([s.base for s in samples])
+    roof = np.zeros(len(samples))
+    assert np.array_equal(model.seconds(x, base, roof), again.seconds(x, base, roof))
 
 
 def test_a_model_that_does_not_decode_is_one_clear_line() -> None:
