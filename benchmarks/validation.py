@@ -35,6 +35,7 @@ from hwmodels.calibrated import CalibratedCost
 from hwmodels.profiles import ProfileStore
 from runtime.calibrate import Calibration, calibrate
 from runtime.engine import make_engine
+from runtime.microbench import reference_seconds
 from runtime.profile import profile_graph
 from runtime.unseen import signatures, unseen_graphs, zoo_signatures
 from runtime.validate import order_kept, validate
@@ -45,6 +46,8 @@ POLICIES = ("single_device", "heft", "round_robin")
 
 def summary(df: pd.DataFrame, label: str, column: str) -> str:
     """One table row: the error of the ``column`` predictions against the measured runs."""
+    if df.empty:
+        return f"| {label} | 0 | - | - | - | - |"
     errors = (df[column] / df["measured_s"] - 1).abs()
     by_graph = df.groupby("graph", sort=False)
     ordered = sum(1 for _, g in by_graph if order_kept(
@@ -98,11 +101,14 @@ def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> 
     cluster = measured.cluster()
     df = validate(measured, graphs, POLICIES, repeats=args.repeats,
                   min_seconds=args.min_seconds, rounds=args.rounds,
+                  speed=lambda: reference_seconds(measured) / full.reference_s,
                   cost=CalibratedCost(cluster, full_path, profiles=None),
                   baselines={"profiled": CalibratedCost(cluster, full_path,
                                                         profiles=store.path),
                              "quick": CalibratedCost(cluster, quick_path, profiles=None)})
     split = df[df["devices_used"] > 1]
+    steady = df[df["round_spread"] <= 0.05]
+    df["at_speed_s"] = df["predicted_s"] * df["slower"]
     ops = sum(1 for g in graphs.values() for op in g if op.op_class != "source")
     return [
         f"### {engine_name} engine, two logical devices", "",
@@ -114,7 +120,12 @@ def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> 
         summary(df, "(a) calibration alone", "predicted_s"),
         summary(df, "(b) after profile, every plan", "profiled_s"),
         summary(split, "(b) after profile, plans over two devices", "profiled_s"),
-        summary(df, "(q) quick calibration alone", "quick_s"), "",
+        summary(df, "(q) quick calibration alone", "quick_s"),
+        summary(steady, "(a) on the plans whose turns agree within 5%", "predicted_s"),
+        summary(steady, "(b) on the plans whose turns agree within 5%", "profiled_s"),
+        summary(df, "(a) scaled by the machine's speed during validation", "at_speed_s"), "",
+        f"the machine ran the speed probe {df['slower'].iloc[0]:.2f}x as slowly during "
+        f"validation as during calibration (median over the turns)", "",
         f"peak memory, simulated against measured: worst relative gap "
         f"{df['memory_error_max'].fillna(0).max():.1%} over every device of every run; one "
         f"plan's turns differ by {df['round_spread'].median():.1%} (median), worst "

@@ -34,7 +34,14 @@ from hwmodels.cost import (
     op_signature,
     weight_bytes,
 )
-from hwmodels.predictor import DEFAULT_CACHES, KindModel, OpTimePredictor, Quality
+from hwmodels.predictor import (
+    ALONE,
+    DEFAULT_CACHES,
+    Context,
+    KindModel,
+    OpTimePredictor,
+    Quality,
+)
 from hwmodels.spec import Cluster, Device
 from workloads.errors import HardwareSpecError
 from workloads.graph import Graph
@@ -111,7 +118,7 @@ class CalibratedCost(RooflineCost):
         self._shapes = _shapes(doc)
         self._start = doc.run.start_us * 1e-6 if doc.run else 0.0
         self._profiles = _profiles(doc.calibration or {}, profiles, source)
-        self._memo: dict[tuple[str, str, int, int], tuple[str, float]] = {}
+        self._memo: dict[tuple[str, str, int, Context], tuple[str, float]] = {}
 
     # -- one op -------------------------------------------------------------------------
 
@@ -119,23 +126,24 @@ class CalibratedCost(RooflineCost):
         return self._specs.get(device) or self.cluster.device(device)
 
     def op_time(self, op: Op, device: str) -> float:
-        return self._priced(op, device, 0, op_batch(op))[1]
+        return self._priced(op, device, ALONE, op_batch(op))[1]
 
     def source(self, op: Op, device: str, batch: int | None = None) -> str:
         """Which source times ``op`` on ``device`` at ``batch`` (see :data:`SOURCES`)."""
-        return self._priced(op, device, 0, op_batch(op) if batch is None else batch)[0]
+        return self._priced(op, device, ALONE, op_batch(op) if batch is None else batch)[0]
 
-    def _priced(self, op: Op, device: str, cold: int, batch: int) -> tuple[str, float]:
+    def _priced(self, op: Op, device: str, context: Context, batch: int
+                ) -> tuple[str, float]:
         if op.op_class == "source":
             return "roofline", 0.0
         model = self.spec(device).model
-        key = (model, op_signature(op, batch), batch, cold)
+        key = (model, op_signature(op, batch), batch, context)
         if key not in self._memo:
             found = self._measured(model, key[1], batch)
             if found is None:
                 predictor = self._predictors.get(model)
                 if predictor is not None and op.dtype == "fp32" and predictor.model_for(op):
-                    found = "predictor", predictor.time(op, self.spec(device), cold)
+                    found = "predictor", predictor.time(op, self.spec(device), context)
                 else:
                     found = "roofline", super().op_time(op, device)
             self._memo[key] = found
@@ -165,10 +173,10 @@ class CalibratedCost(RooflineCost):
         where = [names[d] for d in placement.tolist()] if isinstance(
             placement, np.ndarray) else [placement[n] for n in graph.arrays.names]
         ops = [graph.op(n) for n in graph.arrays.names]
-        cold = _cold(graph, ops, where, {d: self._cache(d) for d in set(where)})
-        self._predict_ahead(graph, ops, where, cold)
+        context = _contexts(graph, ops, where, {d: self._cache(d) for d in set(where)})
+        self._predict_ahead(graph, ops, where, context)
         priced = [self._priced(op, d, c, op_batch(op, graph))
-                  for op, d, c in zip(ops, where, cold, strict=True)]
+                  for op, d, c in zip(ops, where, context, strict=True)]
         started: set[str] = set()
         for i, (op, device) in enumerate(zip(ops, where, strict=True)):
             if not op.inputs and device not in started:  # the executor wakes the device
@@ -181,14 +189,14 @@ class CalibratedCost(RooflineCost):
         return predictor.caches[-1] if predictor is not None else DEFAULT_CACHES[-1]
 
     def _predict_ahead(self, graph: Graph, ops: Sequence[Op], where: Sequence[str],
-                       cold: Sequence[int]) -> None:
+                       context: Sequence[Context]) -> None:
         """Price every op the predictor will time in one call per device model and kind
         (a call per op would cost a model's overhead each time)."""
         todo: dict[str, list[int]] = {}
         for i, (op, device) in enumerate(zip(ops, where, strict=True)):
             model = self.spec(device).model
             batch = op_batch(op, graph)
-            key = (model, op_signature(op, batch), batch, cold[i])
+            key = (model, op_signature(op, batch), batch, context[i])
             if (key not in self._memo and op.op_class != "source" and op.dtype == "fp32"
                     and model in self._predictors and self._predictors[model].model_for(op)
                     and self._measured(model, key[1], batch) is None):
@@ -196,10 +204,10 @@ class CalibratedCost(RooflineCost):
         for device, index in todo.items():
             spec = self.spec(device)
             times = self._predictors[spec.model].times([ops[i] for i in index], spec,
-                                                       [cold[i] for i in index])
+                                                       [context[i] for i in index])
             for i, seconds in zip(index, times.tolist(), strict=True):
                 batch = op_batch(ops[i], graph)
-                self._memo[(spec.model, op_signature(ops[i], batch), batch, cold[i])] = (
+                self._memo[(spec.model, op_signature(ops[i], batch), batch, context[i])] = (
                     "predictor", seconds)
 
     def heldout(self, model: str | None = None) -> dict[str, Quality]:
@@ -212,15 +220,16 @@ class CalibratedCost(RooflineCost):
         return {k: m.heldout for k, m in predictor.models.items() if m.heldout}
 
 
-def _cold(graph: Graph, ops: Sequence[Op], where: Sequence[str],
-          caches: Mapping[str, int]) -> list[int]:
-    """Per op, the weight bytes it reads from memory: all it reads where the weights on its
-    device (each tensor once) exceed the device's last-level cache, none otherwise."""
+def _contexts(graph: Graph, ops: Sequence[Op], where: Sequence[str],
+              caches: Mapping[str, int]) -> list[Context]:
+    """Per op, its context: the weights its device holds (each tensor once), and the
+    weight bytes it reads from memory: all it reads where those exceed the device's
+    last-level cache, none otherwise."""
     held: dict[str, int] = {}
     for op, device in zip(ops, where, strict=True):
         own = op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
         held[device] = held.get(device, 0) + own
-    return [weight_bytes(graph, op) if held[d] > caches[d] else 0
+    return [Context(weight_bytes(graph, op) if held[d] > caches[d] else 0, held[d])
             for op, d in zip(ops, where, strict=True)]
 
 

@@ -59,8 +59,8 @@ from hwmodels.spec import Device
 from workloads.errors import HardwareSpecError
 from workloads.op import Op, window_work
 
-__all__ = ["BASE_FEATURES", "FEATURES", "KindModel", "OpSample", "OpTimePredictor",
-           "Quality", "base_features", "fit_base", "fit_kind", "fit_predictor", "model_key",
+__all__ = ["ALONE", "BASE_FEATURES", "FEATURES", "Context", "KindModel", "OpSample",
+           "OpTimePredictor", "Quality", "base_features", "fit_base", "fit_kind", "fit_predictor", "model_key",
            "op_features", "predict_samples", "roofline_seconds"]
 
 #: Cache sizes (bytes) the footprint features are taken against where none are given:
@@ -71,7 +71,21 @@ FEATURES = (
     "log_flops", "log_read", "log_written", "log_weights", "log_intensity", "work_per_output",
     "rank", "outputs", "d0", "d1", "d2", "d3", "last_mod8", "last_mod16", "channel_mod8",
     "channel_mod16", "kernel_area", "stride", "padding", "groups", "log_gathered",
-    "products", "log_cold", "footprint_l1", "footprint_l2", "footprint_llc")
+    "products", "log_cold", "footprint_l1", "footprint_l2", "footprint_llc", "held_l2",
+    "held_llc")
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where an op runs: the weight bytes it reads from memory rather than cache
+    (``cold_bytes``), and all the weights its device holds in the graph (``held_bytes``),
+    which evict each other's from the caches between one use and the next."""
+
+    cold_bytes: float = 0.0
+    held_bytes: float = 0.0
+
+
+ALONE = Context()
 
 #: The trees' correction of the base is at most this factor either way (log).
 MAX_LOG_CORRECTION = 3.0
@@ -101,10 +115,10 @@ def _pair_value(value: Any) -> float:
     return float(max(values)) if values else 0.0
 
 
-def op_features(op: Op, cold_bytes: float = 0.0,
+def op_features(op: Op, context: Context = ALONE,
                 caches: Sequence[int] = DEFAULT_CACHES) -> tuple[float, ...]:
-    """``op``'s values of :data:`FEATURES` (``cold_bytes``: weight bytes a run reads from
-    memory rather than cache; ``caches``: the sizes of three cache levels, bytes).
+    """``op``'s values of :data:`FEATURES` in ``context``, against the sizes of three cache
+    levels (bytes).
 
     >>> from workloads.op import Tensor
     >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (8, 24)),), flops=192,
@@ -122,6 +136,7 @@ def op_features(op: Op, cold_bytes: float = 0.0,
     kernel = op.attrs.get("kernel") or (0, 0)
     gathered, products = window_work(op)
     itemsize = op.outputs[0].nbytes / max(numel, 1) if op.outputs else 4.0
+    held = context.held_bytes
     return (
         _log2(op.flops), _log2(op.bytes_read), _log2(op.bytes_written), _log2(op.param_bytes),
         _log2(op.flops / moved) if moved and op.flops else -1.0,
@@ -130,7 +145,8 @@ def op_features(op: Op, cold_bytes: float = 0.0,
         float(channel % 16), float(kernel[0] * kernel[1]) if len(kernel) == 2 else 0.0,
         _pair_value(op.attrs.get("stride")), _pair_value(op.attrs.get("padding")),
         float(op.attrs.get("groups", 1)), _log2(gathered * itemsize), float(products),
-        _log2(cold_bytes), *(_log2(moved / c) if moved else -30.0 for c in caches))
+        _log2(context.cold_bytes), *(_log2(moved / c) if moved else -30.0 for c in caches),
+        *(_log2(held / c) if held else -30.0 for c in caches[1:]))
 
 
 #: What the base model is linear in (seconds per unit of each).
@@ -138,9 +154,9 @@ BASE_FEATURES = ("launch", "flops", "read", "written", "beyond_llc", "gathered",
                  "cold")
 
 
-def base_features(op: Op, cold_bytes: float = 0.0,
+def base_features(op: Op, context: Context = ALONE,
                   caches: Sequence[int] = DEFAULT_CACHES) -> tuple[float, ...]:
-    """``op``'s values of :data:`BASE_FEATURES`.
+    """``op``'s values of :data:`BASE_FEATURES` in ``context``.
 
     >>> from workloads.op import Tensor
     >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (256,)),), flops=256,
@@ -153,7 +169,7 @@ def base_features(op: Op, cold_bytes: float = 0.0,
     itemsize = op.outputs[0].nbytes / max(op.outputs[0].numel, 1) if op.outputs else 4.0
     return (1.0, float(op.flops), float(op.bytes_read), float(op.bytes_written),
             float(max(moved - caches[-1], 0)), float(gathered * itemsize), float(products),
-            float(cold_bytes))
+            float(context.cold_bytes))
 
 
 def roofline_seconds(flops: float, moved: float, dtype: str, spec: Device) -> float:
@@ -187,13 +203,13 @@ class OpSample:
     base: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, op: Op, seconds: float, *, cold_bytes: float = 0.0,
+    def of(cls, op: Op, seconds: float, *, context: Context = ALONE,
            caches: Sequence[int] = DEFAULT_CACHES, signature: str = "") -> OpSample:
-        """The sample of ``op`` measured at ``seconds``."""
+        """The sample of ``op`` measured at ``seconds`` in ``context``."""
         return cls(model_key(op), op.op_class, op.dtype, float(op.flops),
                    float(op.bytes_read + op.bytes_written),
-                   op_features(op, cold_bytes, caches), float(seconds), signature, op.name,
-                   base_features(op, cold_bytes, caches))
+                   op_features(op, context, caches), float(seconds), signature, op.name,
+                   base_features(op, context, caches))
 
 
 @dataclass(frozen=True)
@@ -285,14 +301,14 @@ class OpTimePredictor:
                 measured.append(s.seconds)
         return Quality.of(np.array(predicted), np.array(measured))
 
-    def time(self, op: Op, spec: Device, cold_bytes: float = 0.0) -> float:
-        """Predicted seconds of ``op`` on a device of ``spec``."""
-        return float(self.times([op], spec, [cold_bytes])[0])
+    def time(self, op: Op, spec: Device, context: Context = ALONE) -> float:
+        """Predicted seconds of ``op`` on a device of ``spec`` in ``context``."""
+        return float(self.times([op], spec, [context])[0])
 
     def times(self, ops: Sequence[Op], spec: Device,
-              cold_bytes: Sequence[float] | None = None) -> np.ndarray:
-        """:meth:`time` of each op, one model call per kind."""
-        cold = list(cold_bytes) if cold_bytes is not None else [0.0] * len(ops)
+              contexts: Sequence[Context] | None = None) -> np.ndarray:
+        """:meth:`time` of each op (in its context), one model call per kind."""
+        cold = list(contexts) if contexts is not None else [ALONE] * len(ops)
         spec = self.roof or spec
         out = np.zeros(len(ops))
         groups: dict[str, list[int]] = {}
@@ -315,17 +331,22 @@ class OpTimePredictor:
 def fit_base(samples: Sequence[OpSample]) -> tuple[float, ...]:
     """Non-negative coefficients of :data:`BASE_FEATURES` fitted to the samples' times on
     relative error, with a robust loss (a hiccup of the machine moves it little), from a
-    non-negative least-squares start."""
+    non-negative least-squares start. A feature that few samples have (fewer than five, or
+    than a tenth of them) keeps a coefficient of 0: a handful cannot say what it costs,
+    and a wild coefficient would multiply whatever an unseen op has of it."""
     from scipy.optimize import least_squares, nnls
 
     raw = np.array([s.base for s in samples])
     seconds = np.array([s.seconds for s in samples])
-    scale = np.where(raw.max(axis=0) > 0, raw.max(axis=0), 1.0)
-    x = raw / scale  # columns of order 1: better conditioned
+    seen = (raw > 0).sum(axis=0) >= max(5, len(samples) // 10)
+    seen[0] = True  # the fixed cost
+    x = raw[:, seen] / raw[:, seen].max(axis=0)  # columns of order 1: better conditioned
     start, _ = nnls(x / seconds[:, None], np.ones(len(samples)))
     result = least_squares(lambda c: (x @ c) / seconds - 1, np.maximum(start, 1e-12),
                            bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
-    return tuple(float(v) for v in result.x / scale)
+    coefficients = np.zeros(raw.shape[1])
+    coefficients[seen] = result.x / raw[:, seen].max(axis=0)
+    return tuple(float(v) for v in coefficients)
 
 
 def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int = 0,

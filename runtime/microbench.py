@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from hwmodels.cost import weight_bytes
-from hwmodels.predictor import DEFAULT_CACHES, OpSample
+from hwmodels.predictor import DEFAULT_CACHES, Context, OpSample
 from runtime.engine import Engine
 from workloads.builder import GraphBuilder
 from workloads.graph import Graph
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from runtime.executor import RunResult
     from runtime.sampling import Config
 
-__all__ = ["Sample", "ShapeSample", "Timed", "calibration_graphs", "cold_weights",
+__all__ = ["Sample", "ShapeSample", "Timed", "calibration_graphs", "contexts",
            "median_time", "pinned", "probe_graph", "reference_seconds", "time_cases",
            "time_copies", "time_graphs"]
 
@@ -141,14 +141,15 @@ def calibration_graphs(quick: bool = False) -> list[Graph]:
     return graphs
 
 
-def cold_weights(graph: Graph, caches: Sequence[int] = DEFAULT_CACHES) -> dict[str, int]:
-    """Per op of ``graph`` run on one device, the weight bytes it reads from memory: all
-    it reads where the graph's weights exceed the last-level cache, none otherwise (as the
-    calibrated cost model takes them)."""
+def contexts(graph: Graph, caches: Sequence[int] = DEFAULT_CACHES) -> dict[str, Context]:
+    """Per op of ``graph`` run on one device, its context: the weights the device holds
+    (each tensor once), and the weight bytes the op reads from memory — all it reads where
+    the held weights exceed the last-level cache, none otherwise (as the calibrated cost
+    model takes them)."""
     held = sum(op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
                for op in graph)
     cold = held > caches[-1]
-    return {op.name: weight_bytes(graph, op) if cold else 0 for op in graph}
+    return {op.name: Context(weight_bytes(graph, op) if cold else 0, held) for op in graph}
 
 
 def _timed(engine: Engine, graph: Graph, *, warmup: int, repeats: int, min_seconds: float,
@@ -181,8 +182,8 @@ def _samples(graph: Graph, seconds: Mapping[str, float], caches: Sequence[int]
              ) -> list[OpSample]:
     from hwmodels.cost import op_batch, op_signature
 
-    cold = cold_weights(graph, caches)
-    return [OpSample.of(op, seconds[op.name], cold_bytes=cold[op.name], caches=caches,
+    where = contexts(graph, caches)
+    return [OpSample.of(op, seconds[op.name], context=where[op.name], caches=caches,
                         signature=op_signature(op, op_batch(op, graph)))
             for op in graph if op.op_class != "source" and op.name in seconds]
 

@@ -48,6 +48,11 @@ MODULUS, RESIDUE = 7, 3
 #: ``LARGE_SHARE``) may take ten times as much, so the fit sees the sizes big models run.
 MAX_FLOPS, MAX_BYTES = 2e9, 96 * 2**20
 LARGE_FLOPS, LARGE_BYTES, LARGE_SHARE = 2e10, 512 * 2**20, 0.15
+#: Families whose op has weights, and how many copies of it (each with weights of its own,
+#: reading the same input) a forward case may run: in a model an op's weights are evicted
+#: by the other layers' between one step and the next, and the copies hold that much.
+WEIGHTED = ("linear", "linear:gemv", "conv2d", "embedding")
+COPIES = (1, 1, 2, 4, 8)
 
 
 def is_held_out(d: int) -> bool:
@@ -252,6 +257,8 @@ def draw(family: str, rng: np.random.Generator, *, held_out: bool = False) -> Co
         config["optimizer"] = ("sgd", "momentum", "adam")[int(rng.integers(3))]
         config["pre"] = bool(rng.random() < 0.7)
         config["large"] = bool(rng.random() < LARGE_SHARE)
+        weighted = family in WEIGHTED and not config["train"] and not config["large"]
+        config["copies"] = COPIES[int(rng.integers(len(COPIES)))] if weighted else 1
         if _within_budget(config):
             return config
     raise ValueError(f"family {family!r}: no configuration within the budget")
@@ -287,7 +294,8 @@ def _within_budget(config: Config) -> bool:
     # every dimension of every tensor on calibration's side, derived ones too
     split = any(is_held_out(d) for o in graph for t in o.outputs for d in t.shape)
     most = (LARGE_FLOPS, LARGE_BYTES) if config.get("large") else (MAX_FLOPS, MAX_BYTES)
-    return bool(ops) and flops <= most[0] and moved <= most[1] and not split
+    copies = sum(o.flops for o in ops) <= 2 * MAX_FLOPS  # copies cost twice one op at most
+    return bool(ops) and flops <= most[0] and moved <= most[1] and copies and not split
 
 
 def _input(b: GraphBuilder, config: Config) -> str:
@@ -297,11 +305,14 @@ def _input(b: GraphBuilder, config: Config) -> str:
 
 
 def _forward(config: Config, *, sink: bool = False) -> Graph:
-    """The op alone; with ``sink``, followed by a view of its output, so that its time, as
-    every op's in a graph, runs to the next op's start (releasing its inputs, dispatching
-    the next) rather than stopping at its kernel's end."""
+    """The op alone (or ``config["copies"]`` of it side by side); with ``sink``, followed
+    by a view of its output, so that its time, as every op's in a graph, runs to the next
+    op's start (releasing its inputs, dispatching the next) rather than stopping at its
+    kernel's end."""
     b = GraphBuilder(f"sample.{config['family']}")
-    y = FAMILIES[config["family"]].forward(b, _input(b, config), config)
+    x = _input(b, config)
+    for _ in range(config.get("copies", 1)):
+        y = FAMILIES[config["family"]].forward(b, x, config)
     if sink:
         b.reshape(y, b.shape(y))
     return b.build()

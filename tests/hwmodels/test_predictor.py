@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from hwmodels.predictor import (
     FEATURES,
+    Context,
     KindModel,
     OpSample,
     Quality,
@@ -110,11 +111,12 @@ def test_features_read_shapes_windows_and_remainders() -> None:
     conv = Op("c", "conv2d", "conv", outputs=(Tensor("c", (2, 37, 9, 11)),),
               attrs={"kernel": (3, 5), "stride": (2, 2), "padding": (1, 2), "groups": 1},
               flops=2 * 2 * 37 * 99 * 15 * 5, bytes_read=1000, bytes_written=4 * 2 * 37 * 99)
-    f = dict(zip(FEATURES, op_features(conv, cold_bytes=1024), strict=True))
+    f = dict(zip(FEATURES, op_features(conv, Context(1024, 2**21)), strict=True))
     assert (f["d0"], f["d1"], f["d2"], f["d3"]) == (2, 37, 9, 11)
     assert (f["channel_mod8"], f["channel_mod16"], f["last_mod8"]) == (5, 5, 3)
     assert (f["kernel_area"], f["stride"], f["padding"]) == (15, 2, 2)
     assert f["work_per_output"] == 2 * 15 * 5 and f["log_cold"] == 10
+    assert (f["held_l2"], f["held_llc"]) == (1, -4)  # 2 MiB against 1 and 32 MiB
     assert len(op_features(_relu(8))) == len(FEATURES)
 
 
