@@ -90,6 +90,10 @@ def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> 
     quick, quick_path, quick_s = _calibrated(engine_name, True, args.seed, folder)
     avoid = zoo_signatures() | full.signatures | quick.signatures
     graphs = unseen_graphs(args.unseen, seed=args.seed, avoid=avoid)
+    if not graphs:  # calibrations alone (for --zoo)
+        return [f"### {engine_name} engine, two logical devices", "",
+                _heldout_line(full, "full", full_s), _heldout_line(quick, "quick", quick_s),
+                ""]
     shared = sum(len(signatures(g) & (full.signatures | quick.signatures))
                  for g in graphs.values())
     engine = make_engine(engine_name, 2)

@@ -60,8 +60,9 @@ from workloads.errors import HardwareSpecError
 from workloads.op import Op, window_work
 
 __all__ = ["ALONE", "BASE_FEATURES", "FEATURES", "Context", "KindModel", "OpSample",
-           "OpTimePredictor", "Quality", "base_features", "fit_base", "fit_kind", "fit_predictor", "model_key",
-           "op_features", "predict_samples", "roofline_seconds"]
+           "OpTimePredictor", "Quality", "base_features", "fit_base", "fit_kind",
+           "fit_predictor", "model_key", "op_features", "predict_samples",
+           "roofline_seconds"]
 
 #: Cache sizes (bytes) the footprint features are taken against where none are given:
 #: 32 KiB, 1 MiB, 32 MiB.

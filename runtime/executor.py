@@ -4,9 +4,11 @@ is timed into the same Trace schema the simulator writes.
 
 Memory is counted as the engine allocates and frees: a device holds the weights of the ops
 placed on it (a shared weight on every device that uses it), an op's outputs from its start
-until its last local reader and outgoing copy are done (a view, which moves no bytes,
-allocates nothing), a received copy from the start of the copy until its last reader is
-done; graph outputs stay until the end of the run. In a training graph the weights are the
+until its last local reader and outgoing copy are done (graph inputs too, staged on their
+device; a view is counted in full, as the simulator counts it, although NumPy and PyTorch
+share its input's buffer: a conservative count both executors agree on), a received copy
+from the start of the copy until its last reader is done; graph outputs stay until the end
+of the run. In a training graph the weights are the
 outputs of ``parameter`` ops, counted like any output; the buffers of the ops that own them
 and the optimizer state of the update ops are held for the whole run, and the updates
 change the weights in place, so repeated runs are successive training steps.
@@ -167,8 +169,7 @@ class _Run:
                 readers = [c for c in self.graph.consumers(t.name)
                            if self.plan.placement[c] == d]
                 self.refs[key] = len(readers) + (1 if t.name in keep else 0)
-                self.nbytes[key] = t.nbytes if op.bytes_written or op.kind == "parameter" \
-                    else 0
+                self.nbytes[key] = t.nbytes
         for tr in self.plan.transfers:
             self.sends.setdefault(tr.producer, []).append(tr)
             self.refs[(tr.tensor, tr.src)] += 1

@@ -270,3 +270,32 @@ def test_a_shape_table_with_unpaired_times_is_one_clear_line(tmp_path) -> None:
     with pytest.raises(HardwareSpecError, match=r"bad.toml: measured_shape\[0\]: batches and "
                                                 r"us must pair up"):
         CalibratedCost(engine.cluster(), bad, profiles=None)
+
+
+def test_a_calibration_whose_model_is_damaged_is_one_clear_line(tmp_path) -> None:
+    from workloads.errors import HardwareSpecError
+
+    path = _calibration().write(tmp_path / "cal.toml")
+    text = path.read_text()
+    start = text.index('model = "', text.index("[[predictor.kind]]")) + len('model = "')
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text[:start] + "!!" + text[start + 2:])
+    engine = NumpyEngine(devices=2, calibration=path)
+    with pytest.raises(HardwareSpecError, match=r"bad.toml: predictor\[0\]\.kind\[0\]\.model: "
+                                                r"expected a LightGBM model \(zlib, base64\)"):
+        CalibratedCost(engine.cluster(), bad, profiles=None)
+    twice = tmp_path / "twice.toml"
+    twice.write_text(text.replace('key = "relu"', 'key = "class:elementwise"'))
+    with pytest.raises(HardwareSpecError, match=r"predictor\[0\]: kind keys must be unique, "
+                                                r"got class:elementwise twice"):
+        CalibratedCost(engine.cluster(), twice, profiles=None)
+
+
+def test_validate_refuses_an_engine_it_cannot_read_a_calibration_for(capsys) -> None:
+    assert main(["validate", "--engine", "gpu", "--models", "mlp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "engine 'gpu'" in err
+    with pytest.raises(SystemExit) as exc:
+        main(["calibrate", "--cases", "0", "--out", "x.toml"])
+    assert exc.value.code == 2
+    assert "argument --cases: expected an integer >= 1, got 0" in capsys.readouterr().err
