@@ -93,13 +93,15 @@ MAX_LOG_CORRECTION = 3.0
 #: The least roofline time an op has (one nanosecond): an op that moves nothing (a view)
 #: still costs its dispatch, which its utilisation of this floor then expresses.
 ROOF_FLOOR_S = 1e-9
-#: LightGBM's settings: small trees, many of them, slowly; deterministic and one thread
-#: (a calibration is fitted while nothing else runs, and predictions must repeat).
+#: LightGBM's settings (its native training API, which needs no scikit-learn): small trees,
+#: many of them, slowly; deterministic and one thread (a calibration is fitted while
+#: nothing else runs, and predictions must repeat).
 LGBM_PARAMS: dict[str, Any] = {
-    "objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "n_estimators": 200,
-    "num_leaves": 8, "min_child_samples": 8, "reg_lambda": 1.0, "subsample": 1.0,
-    "colsample_bytree": 1.0, "deterministic": True, "force_row_wise": True, "n_jobs": 1,
-    "verbose": -1}
+    "objective": "huber", "alpha": 0.3, "learning_rate": 0.05, "num_leaves": 8,
+    "min_data_in_leaf": 8, "lambda_l2": 1.0, "deterministic": True, "force_row_wise": True,
+    "num_threads": 1, "verbose": -1}
+#: Boosting rounds (trees).
+LGBM_ROUNDS = 200
 
 
 def _log2(x: float) -> float:
@@ -360,9 +362,11 @@ def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int =
     linear = np.maximum(np.array([s.base for s in samples]) @ np.asarray(base),
                         ROOF_FLOOR_S)
     target = np.log(np.array([s.seconds for s in samples]) / linear)
-    regressor = lightgbm.LGBMRegressor(**LGBM_PARAMS, random_state=seed)
-    regressor.fit(np.array([s.features for s in samples]), target)
-    model = KindModel(key, base, regressor.booster_.model_to_string(), len(samples))
+    data = lightgbm.Dataset(np.array([s.features for s in samples]), target,
+                            params={"verbose": -1})
+    booster = lightgbm.train({**LGBM_PARAMS, "seed": seed}, data,
+                             num_boost_round=LGBM_ROUNDS)
+    model = KindModel(key, base, booster.model_to_string(), len(samples))
     if heldout:
         predicted = predict_samples(model, heldout, spec)
         model = KindModel(key, base, model.text, len(samples),
