@@ -270,16 +270,22 @@ class _Measured:
             s for z in self.zoo if (s := z.at(ref).sample) is not None]
 
 
+def _draws(rng: np.random.Generator, per_family: int) -> list[Config]:
+    """``per_family`` random configurations of every family, and as many training steps
+    around each of :data:`runtime.sampling.TRAINED`."""
+    from runtime.sampling import FAMILIES, TRAINED, draw
+
+    return ([draw(f, rng) for f in FAMILIES for _ in range(per_family)]
+            + [draw(f, rng, train=True) for f in TRAINED for _ in range(per_family)])
+
+
 def _measure(engine: Engine, budget: Budget, seed: int, show: Progress,
              caches: Sequence[int], clock: _Stages) -> _Measured:
     """Random configurations fitted on and held out, timed in one shuffled pass (so both
     see the same phases of the machine); then the zoo's models whole."""
     from runtime.microbench import calibration_graphs, time_graphs
-    from runtime.sampling import FAMILIES, draw
-
     rng, held_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
-    configs = [draw(f, rng) for f in FAMILIES for _ in range(budget.cases)]
-    held = [draw(f, held_rng) for f in FAMILIES for _ in range(budget.heldout)]
+    configs, held = _draws(rng, budget.cases), _draws(held_rng, budget.heldout)
     order = np.random.default_rng([seed, 2]).permutation(len(configs) + len(held))
     both = [(configs + held)[i] for i in order]
     timed, gaps = _time(engine, both, budget, show, "random ops", caches)

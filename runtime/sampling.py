@@ -37,7 +37,7 @@ import numpy as np
 from workloads.builder import GraphBuilder
 from workloads.graph import Graph
 
-__all__ = ["FAMILIES", "Family", "build", "draw", "draw_dim", "is_held_out", "perturb"]
+__all__ = ["FAMILIES", "TRAINED", "Family", "build", "draw", "draw_dim", "is_held_out", "perturb"]
 
 Config = dict[str, Any]
 #: The residue of the held-out split: dimensions ``d`` with ``d % MODULUS == RESIDUE``
@@ -53,6 +53,10 @@ LARGE_FLOPS, LARGE_BYTES, LARGE_SHARE = 2e10, 512 * 2**20, 0.15
 #: by the other layers' between one step and the next, and the copies hold that much.
 WEIGHTED = ("linear", "linear:gemv", "conv2d", "embedding")
 COPIES = (1, 1, 2, 4, 8)
+#: Families whose op's backward costs as much as the op or more (the products, the
+#: convolution) and dominates a training step: a calibration draws as many training-step
+#: cases of them again, so their backward kinds are sampled as densely as forward ones.
+TRAINED = ("linear", "conv2d", "matmul")
 
 
 def is_held_out(d: int) -> bool:
@@ -244,8 +248,14 @@ def _families() -> list[Family]:
 FAMILIES: dict[str, Family] = {f.name: f for f in _families()}
 
 
-def draw(family: str, rng: np.random.Generator, *, held_out: bool = False) -> Config:
-    """A random configuration of ``family`` within the op budget."""
+def draw(family: str, rng: np.random.Generator, *, held_out: bool = False,
+         train: bool | None = None) -> Config:
+    """A random configuration of ``family`` within the op budget; ``train`` makes it a
+    training-step case (True) or a forward one (False), rather than either at random.
+
+    >>> draw("conv2d", np.random.default_rng(0), train=True)["train"]
+    True
+    """
     fam = FAMILIES[family]
     for _ in range(200):
         config: Config = {"family": family}
@@ -254,6 +264,8 @@ def draw(family: str, rng: np.random.Generator, *, held_out: bool = False) -> Co
         for key, options in fam.choices.items():
             config[key] = options[int(rng.integers(len(options)))]
         config.setdefault("train", bool(rng.random() < 0.5))
+        if train is not None and "train" not in fam.choices:
+            config["train"] = train
         config["optimizer"] = ("sgd", "momentum", "adam")[int(rng.integers(3))]
         config["pre"] = bool(rng.random() < 0.7)
         config["large"] = bool(rng.random() < LARGE_SHARE)

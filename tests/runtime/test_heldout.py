@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.calibrate import Budget
+from runtime.calibrate import Budget, _draws
 from runtime.microbench import calibration_graphs
-from runtime.sampling import FAMILIES, build, draw, draw_dim, is_held_out, perturb
+from runtime.sampling import FAMILIES, TRAINED, build, draw, draw_dim, is_held_out, perturb
 from runtime.unseen import FAMILIES as UNSEEN
 from runtime.unseen import signatures, unseen_graphs, zoo_signatures
 
@@ -38,14 +38,25 @@ def test_every_tensor_calibration_builds_keeps_to_its_side(seed: int, family: st
 def _training_signatures(budget: Budget, seed: int = 0) -> set[str]:
     """What calibration with ``budget`` fits on before its adaptive rounds (which only
     perturb these on calibration's side): its random cases and the zoo's models."""
-    rng = np.random.default_rng([seed, 0])
     found = set()
-    for family in FAMILIES:
-        for _ in range(budget.cases):
-            found |= signatures(build(draw(family, rng)))
+    for config in _draws(np.random.default_rng([seed, 0]), budget.cases):
+        found |= signatures(build(config))
     for graph in calibration_graphs(budget.quick_zoo):
         found |= signatures(graph)
     return found
+
+
+def test_the_ops_that_dominate_training_are_drawn_inside_training_steps_as_often_as_alone(
+        ) -> None:
+    configs = _draws(np.random.default_rng(0), 6)
+    for family in FAMILIES:
+        mine = [c for c in configs if c["family"] == family]
+        steps = sum(c["train"] for c in mine)
+        assert len(mine) == (12 if family in TRAINED else 6)
+        assert steps >= (6 if family in TRAINED else 0)
+    backward = {op.kind for c in configs if c["family"] == "conv2d" and c["train"]
+                for op in build(c)}
+    assert "backward" in backward
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
