@@ -173,7 +173,7 @@ class CalibratedCost(RooflineCost):
         where = [names[d] for d in placement.tolist()] if isinstance(
             placement, np.ndarray) else [placement[n] for n in graph.arrays.names]
         ops = [graph.op(n) for n in graph.arrays.names]
-        context = _contexts(graph, ops, where, {d: self._cache(d) for d in set(where)})
+        context = op_contexts(graph, ops, where, {d: self._cache(d) for d in set(where)})
         self._predict_ahead(graph, ops, where, context)
         priced = [self._priced(op, d, c, op_batch(op, graph))
                   for op, d, c in zip(ops, where, context, strict=True)]
@@ -220,11 +220,17 @@ class CalibratedCost(RooflineCost):
         return {k: m.heldout for k, m in predictor.models.items() if m.heldout}
 
 
-def _contexts(graph: Graph, ops: Sequence[Op], where: Sequence[str],
-              caches: Mapping[str, int]) -> list[Context]:
-    """Per op, its context: the weights its device holds (each tensor once), and the
-    weight bytes it reads from memory: all it reads where those exceed the device's
-    last-level cache, none otherwise."""
+def op_contexts(graph: Graph, ops: Sequence[Op], where: Sequence[str],
+                caches: Mapping[str, int]) -> list[Context]:
+    """Per op (placed on ``where``), its context: the weights its device holds (each
+    tensor once), and the weight bytes it reads from memory: all it reads where those
+    exceed the device's last-level cache (``caches``, bytes), none otherwise.
+
+    >>> from workloads import build_model
+    >>> g = build_model("mlp", batch=2)
+    >>> op_contexts(g, [g.op("fc1")], ["d"], {"d": 2**30})[0].cold_bytes
+    0
+    """
     held: dict[str, int] = {}
     for op, device in zip(ops, where, strict=True):
         own = op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)

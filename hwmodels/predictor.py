@@ -256,7 +256,7 @@ class KindModel:
                 ) -> np.ndarray:
         """Predicted seconds of ops with these tree features, base features and
         roofline times (rows): the base times the correction, never below the roof."""
-        linear = np.maximum(base @ np.asarray(self.base), ROOF_FLOOR_S)
+        linear = _linear(base, self.base)
         correction = np.clip(np.asarray(self.booster.predict(features, num_threads=1),
                                         dtype=float), -MAX_LOG_CORRECTION, MAX_LOG_CORRECTION)
         return np.maximum(linear * np.exp(correction), roof)
@@ -311,7 +311,7 @@ class OpTimePredictor:
     def times(self, ops: Sequence[Op], spec: Device,
               contexts: Sequence[Context] | None = None) -> np.ndarray:
         """:meth:`time` of each op (in its context), one model call per kind."""
-        cold = list(contexts) if contexts is not None else [ALONE] * len(ops)
+        where = list(contexts) if contexts is not None else [ALONE] * len(ops)
         spec = self.roof or spec
         out = np.zeros(len(ops))
         groups: dict[str, list[int]] = {}
@@ -322,13 +322,18 @@ class OpTimePredictor:
                                         f"{op.kind!r}, class {op.op_class!r})")
             groups.setdefault(model.key, []).append(i)
         for key, index in groups.items():
-            x = np.array([op_features(ops[i], cold[i], self.caches) for i in index])
-            base = np.array([base_features(ops[i], cold[i], self.caches) for i in index])
+            x = np.array([op_features(ops[i], where[i], self.caches) for i in index])
+            base = np.array([base_features(ops[i], where[i], self.caches) for i in index])
             roof = np.array([roofline_seconds(ops[i].flops, ops[i].bytes_read
                                               + ops[i].bytes_written, ops[i].dtype, spec)
                              for i in index])
             out[index] = self.models[key].seconds(x, base, roof)
         return out
+
+
+def _linear(base: np.ndarray, coefficients: Sequence[float]) -> np.ndarray:
+    """The base's seconds of rows of :data:`BASE_FEATURES` (never below the floor)."""
+    return np.maximum(base @ np.asarray(coefficients), ROOF_FLOOR_S)
 
 
 def fit_base(samples: Sequence[OpSample]) -> tuple[float, ...]:
@@ -359,8 +364,7 @@ def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int =
     import lightgbm
 
     base = fit_base(samples)
-    linear = np.maximum(np.array([s.base for s in samples]) @ np.asarray(base),
-                        ROOF_FLOOR_S)
+    linear = _linear(np.array([s.base for s in samples]), base)
     target = np.log(np.array([s.seconds for s in samples]) / linear)
     data = lightgbm.Dataset(np.array([s.features for s in samples]), target,
                             params={"verbose": -1})

@@ -284,6 +284,7 @@ def _measure(engine: Engine, budget: Budget, seed: int, show: Progress,
     """Random configurations fitted on and held out, timed in one shuffled pass (so both
     see the same phases of the machine); then the zoo's models whole."""
     from runtime.microbench import calibration_graphs, time_graphs
+
     rng, held_rng = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
     configs, held = _draws(rng, budget.cases), _draws(held_rng, budget.heldout)
     order = np.random.default_rng([seed, 2]).permutation(len(configs) + len(held))
@@ -315,9 +316,10 @@ def calibrate(engine: Engine, *, quick: bool = False, progress: Progress | None 
     copies = time_copies(engine, quick=quick, repeats=budget.repeats)
     m = _measure(engine, budget, seed, show, caches, clock)
     reference = m.reference_s
-    fit = fit_samples([Sample.of(s) for s in m.training()], buckets=3 if quick else 4)
+    first = m.training()
+    fit = fit_samples([Sample.of(s) for s in first], buckets=3 if quick else 4)
     model = engine.cluster().devices[0].model
-    roof = _roof(m.training(), fit, model)
+    roof = _roof(first, fit, model)
     adaptive: dict[str, list[float]] = {}
     rng = np.random.default_rng([seed, 3])
     for round_ in range(budget.rounds):

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hwmodels.cost import weight_bytes
+from hwmodels.calibrated import op_contexts
 from hwmodels.predictor import DEFAULT_CACHES, Context, OpSample
 from runtime.engine import Engine
 from workloads.builder import GraphBuilder
@@ -142,14 +142,11 @@ def calibration_graphs(quick: bool = False) -> list[Graph]:
 
 
 def contexts(graph: Graph, caches: Sequence[int] = DEFAULT_CACHES) -> dict[str, Context]:
-    """Per op of ``graph`` run on one device, its context: the weights the device holds
-    (each tensor once), and the weight bytes the op reads from memory — all it reads where
-    the held weights exceed the last-level cache, none otherwise (as the calibrated cost
-    model takes them)."""
-    held = sum(op.param_bytes + (op.outputs[0].nbytes if op.kind == "parameter" else 0)
-               for op in graph)
-    cold = held > caches[-1]
-    return {op.name: Context(weight_bytes(graph, op) if cold else 0, held) for op in graph}
+    """Per op of ``graph`` run on one device, its context, as the calibrated cost model
+    takes it (:func:`hwmodels.calibrated.op_contexts`) against the last cache level."""
+    ops = list(graph)
+    found = op_contexts(graph, ops, ["one"] * len(ops), {"one": caches[-1]})
+    return {op.name: c for op, c in zip(ops, found, strict=True)}
 
 
 def _timed(engine: Engine, graph: Graph, *, warmup: int, repeats: int, min_seconds: float,

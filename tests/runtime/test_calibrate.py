@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiments.cli import main
-from hwmodels.calibrated import CalibratedCost, _contexts
+from hwmodels.calibrated import CalibratedCost, op_contexts
 from hwmodels.cost import RooflineCost, kind_key, window_positions
 from hwmodels.predictor import OpSample, fit_predictor
 from hwmodels.toml_io import load
@@ -250,11 +250,11 @@ def test_weights_count_as_read_from_memory_only_where_a_device_holds_more_than_t
     small = b.build()
     for graph, cold in ((big, True), (small, False)):
         ops = list(graph)
-        got = _contexts(graph, ops, ["cpu0"] * len(ops), {"cpu0": 2**20})  # a 1 MiB cache
+        got = op_contexts(graph, ops, ["cpu0"] * len(ops), {"cpu0": 2**20})  # a 1 MiB cache
         held = sum(op.param_bytes for op in graph)
         assert got == [Context(weight_bytes(graph, op) if cold else 0, held) for op in ops]
     where = ["cpu0" if op.name != "fc3" else "cpu1" for op in big]
-    two = _contexts(big, list(big), where, {"cpu0": 2**20, "cpu1": 2**20})
+    two = op_contexts(big, list(big), where, {"cpu0": 2**20, "cpu1": 2**20})
     fc3 = two[[op.name for op in big].index("fc3")]  # its 5 kB alone fit cpu1's cache
     assert fc3 == Context(0, big.op("fc3").param_bytes)
 
