@@ -203,7 +203,9 @@ def test_every_zoo_model_but_the_lstm_has_a_kernel_for_every_training_op() -> No
 
     trainable = set()
     for name in list_models():
-        seq = {"seq_len": 4} if name in ("lstm", "bert_base", "gpt2_small") else {}
+        seq = {"seq_len": 4} if name in ("lstm", "bert_base", "gpt2_small", "bert_large",
+                                         "gpt2_large", "gpt3_xl", "gpt3_xl_neusight",
+                                         "gpt3_2.7b", "opt_1.3b") else {}
         step = training_graph(build_model(name, **seq))
         try:
             for op in step:

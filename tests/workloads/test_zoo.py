@@ -21,7 +21,8 @@ PUBLISHED_GMACS = {"alexnet": 0.71, "vgg16": 15.47, "resnet50": 4.09, "inception
 def test_zoo_has_every_promised_model() -> None:
     assert set(list_models()) == {"lenet5", "alexnet", "vgg16", "resnet50", "inception_v3",
                                   "stacked_autoencoder", "lstm", "bert_base", "gpt2_small",
-                                  "mlp"}
+                                  "mlp", "bert_large", "gpt2_large", "gpt3_xl",
+                                  "gpt3_xl_neusight", "gpt3_2.7b", "opt_1.3b"}
 
 
 @pytest.mark.parametrize(("name", "params"), sorted(PUBLISHED_PARAMS.items()))

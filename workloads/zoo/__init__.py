@@ -34,6 +34,12 @@ MODELS: Registry[ModelFn] = Registry("model", builtins={
     "inception_v3": "workloads.zoo.inception:inception_v3",
     "lstm": "workloads.zoo.sequence:lstm", "bert_base": "workloads.zoo.sequence:bert_base",
     "gpt2_small": "workloads.zoo.sequence:gpt2_small",
+    "bert_large": "workloads.zoo.sequence:bert_large",
+    "gpt2_large": "workloads.zoo.sequence:gpt2_large",
+    "gpt3_xl": "workloads.zoo.sequence:gpt3_xl",
+    "gpt3_xl_neusight": "workloads.zoo.sequence:gpt3_xl_neusight",
+    "gpt3_2.7b": "workloads.zoo.sequence:gpt3_2_7b",
+    "opt_1.3b": "workloads.zoo.sequence:opt_1_3b",
 })
 
 
