@@ -42,12 +42,13 @@ if TYPE_CHECKING:
         source_of,
         user_catalog_dir,
     )
-    from hwmodels.spec import DEVICE_KINDS, Cluster, Device, Hop, Link
+    from hwmodels.spec import DEVICE_KINDS, GPU_ARCHITECTURES, Cluster, Device, GpuSpec, Hop, Link
     from hwmodels.toml_io import HardwareFile, dump, dumps, loads
 
 _WHERE = {
     "COST_MODELS": "cost", "CalibratedCost": "calibrated", "Cluster": "spec", "CostModel": "cost",
-    "DEVICE_KINDS": "spec", "Device": "spec", "HardwareFile": "toml_io", "Hop": "spec",
+    "DEVICE_KINDS": "spec", "Device": "spec", "GPU_ARCHITECTURES": "spec", "GpuSpec": "spec",
+    "HardwareFile": "toml_io", "Hop": "spec",
     "Link": "spec", "RooflineCost": "cost", "TableCost": "cost",
     "all_gather_time": "collectives", "dump": "toml_io", "dumps": "toml_io",
     "find_devices": "registry", "get_cluster": "registry", "get_device": "registry",
@@ -60,10 +61,10 @@ _WHERE = {
 }
 
 __all__ = ["COST_MODELS", "CalibratedCost", "Cluster", "CostModel", "DEVICE_KINDS", "Device",
-    "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost", "all_gather_time", "dump",
-    "dumps", "find_devices", "get_cluster", "get_device", "list_clusters", "list_devices",
-    "load", "loads", "make_cost_model", "reduce_scatter_time", "register_cluster",
-    "register_device", "register_file", "remove", "ring_allreduce_time", "source_of",
-    "tree_allreduce_time", "user_catalog_dir"]
+    "GPU_ARCHITECTURES", "GpuSpec", "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost",
+    "all_gather_time", "dump", "dumps", "find_devices", "get_cluster", "get_device",
+    "list_clusters", "list_devices", "load", "loads", "make_cost_model", "reduce_scatter_time",
+    "register_cluster", "register_device", "register_file", "remove", "ring_allreduce_time",
+    "source_of", "tree_allreduce_time", "user_catalog_dir"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

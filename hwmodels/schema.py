@@ -14,17 +14,40 @@ from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
 from workloads.schema import Schema
 
 __all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
-           "CostTableDocument", "HardwareDocument", "LinkTable", "PredictorKind",
+           "CostTableDocument", "GpuTable", "HardwareDocument", "LinkTable", "PredictorKind",
            "PredictorTable", "SlotTable"]
 
 #: Memory above this many GiB would overflow an int64 of bytes.
 MAX_MEMORY_GIB = 2**32
+#: Beyond these a GPU figure can only be a mistake (today's largest GPUs have a few hundred
+#: SMs at most, clocks under 3 GHz, about a kilowatt, L2 and shared memory per SM in the
+#: hundreds of MiB and KiB).
+MAX_SMS = 4096
+MAX_CLOCK_MHZ = 10_000
+MAX_POWER_W = 100_000
+MAX_L2_MIB = 65_536
+MAX_SHARED_MEMORY_KIB = 65_536
 
 Positive = Annotated[float, Field(gt=0)]
 NonNegative = Annotated[float, Field(ge=0)]
 Name = Annotated[str, Field(min_length=1)]
 #: One row of an efficiency table: ``[size_threshold, efficiency]``.
 Pair = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class GpuTable(Schema):
+    """A GPU's figures for tile-aware models (``hwmodels.spec.GpuSpec``); the architecture
+    is checked against ``GPU_ARCHITECTURES`` by the spec, as a device's kind is."""
+
+    architecture: Name
+    sm_count: Annotated[int, Field(ge=1, le=MAX_SMS)]
+    base_clock_mhz: Annotated[float, Field(gt=0, le=MAX_CLOCK_MHZ)]
+    boost_clock_mhz: Annotated[float, Field(gt=0, le=MAX_CLOCK_MHZ)]
+    power_w: Annotated[float, Field(gt=0, le=MAX_POWER_W)]
+    l2_mib: Annotated[float, Field(gt=0, le=MAX_L2_MIB)]
+    shared_memory_per_sm_kib: Annotated[float, Field(gt=0, le=MAX_SHARED_MEMORY_KIB)]
+    #: FLOP/s of the CUDA cores alone (no tensor cores) per dtype, at the boost clock.
+    vector_tflops: dict[str, Positive] = Field(default_factory=dict)
 
 
 class DeviceTable(Schema):
@@ -38,6 +61,7 @@ class DeviceTable(Schema):
     copy_engines: Annotated[int, Field(ge=1, le=MAX_COPY_ENGINES)] = 1
     peak_tflops: Annotated[dict[str, Positive], Field(min_length=1)]
     efficiency: dict[str, float | list[Pair]] = Field(default_factory=dict)
+    gpu: GpuTable | None = None
 
 
 class LinkTable(Schema):

@@ -22,7 +22,8 @@ import networkx as nx
 from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 from workloads.errors import HardwareSpecError, UnsupportedOp
 
-__all__ = ["DEVICE_KINDS", "Cluster", "Device", "Efficiency", "Hop", "Link"]
+__all__ = ["DEVICE_KINDS", "GPU_ARCHITECTURES", "Cluster", "Device", "Efficiency", "GpuSpec",
+           "Hop", "Link"]
 
 DEVICE_KINDS: tuple[str, ...] = ("cpu", "gpu", "tpu", "npu", "fpga", "other")
 #: Beyond these a count can only be a mistake (and would exhaust the simulator's memory).
@@ -30,6 +31,9 @@ MAX_STREAMS = 1024
 MAX_COPY_ENGINES = 64
 PEAK_DTYPES: tuple[str, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8", "int8")
 COMPUTE_CLASSES: tuple[str, ...] = tuple(c for c in OP_CLASSES if c != "source")
+#: NVIDIA GPU architectures a :class:`GpuSpec` may name, oldest first.
+GPU_ARCHITECTURES: tuple[str, ...] = ("maxwell", "pascal", "volta", "turing", "ampere", "ada",
+                                      "hopper", "blackwell")
 
 #: A constant efficiency, or a table of ``(size_threshold, efficiency)`` rows: the row with
 #: the largest threshold not above the op's size applies (size = FLOPs for compute-bound
@@ -76,6 +80,84 @@ def _check_efficiency(owner: str, op_class: str, value: Efficiency) -> Efficienc
     return rows
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _gpu_fail(name: str, expected: str, value: Any) -> HardwareSpecError:
+    return HardwareSpecError(f"gpu.{name} must be {expected}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """The figures of a GPU that a tile-aware model needs beyond the roofline (SI units).
+
+    ``vector_peak`` holds FLOP/s on the CUDA cores alone (no tensor cores) per dtype, at the
+    boost clock; :attr:`Device.peak` keeps the best dense rate, tensor cores included.
+
+    >>> g = GpuSpec("volta", 80, 1.29e9, 1.53e9, 300.0, 6 * 2**20, 96 * 2**10,
+    ...             {"fp32": 15.7e12, "fp16": 31.4e12})
+    >>> round(g.vector_flops("fp32") / (g.sm_count * g.boost_clock_hz))  # FLOP/cycle per SM
+    128
+    """
+
+    architecture: str
+    sm_count: int
+    base_clock_hz: float
+    boost_clock_hz: float
+    power_w: float
+    l2_bytes: int
+    shared_memory_per_sm_bytes: int
+    vector_peak: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.architecture not in GPU_ARCHITECTURES:
+            raise _gpu_fail("architecture", f"one of {', '.join(GPU_ARCHITECTURES)}",
+                            self.architecture)
+        for name in ("sm_count", "l2_bytes", "shared_memory_per_sm_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _gpu_fail(name, "an int >= 1", value)
+        for name in ("base_clock_hz", "boost_clock_hz", "power_w"):
+            value = getattr(self, name)
+            if not _is_number(value) or value <= 0:
+                raise _gpu_fail(name, "a finite number > 0", value)
+        if self.base_clock_hz > self.boost_clock_hz:
+            raise _gpu_fail("base_clock_hz", f"<= boost_clock_hz ({self.boost_clock_hz!r})",
+                            self.base_clock_hz)
+        for dtype, rate in self.vector_peak.items():
+            if dtype not in PEAK_DTYPES:
+                raise _gpu_fail("vector_peak dtype", f"one of {', '.join(PEAK_DTYPES)}", dtype)
+            if not _is_number(rate) or rate <= 0:
+                raise _gpu_fail(f"vector_peak.{dtype}", "a finite number > 0", rate)
+        for name in ("base_clock_hz", "boost_clock_hz", "power_w"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        object.__setattr__(self, "vector_peak", MappingProxyType(
+            {k: float(v) for k, v in self.vector_peak.items()}))
+
+    def __hash__(self) -> int:
+        return hash((self.architecture, self.sm_count, self.boost_clock_hz,
+                     tuple(self.vector_peak.items())))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GpuSpec, (self.architecture, self.sm_count, self.base_clock_hz,
+                          self.boost_clock_hz, self.power_w, self.l2_bytes,
+                          self.shared_memory_per_sm_bytes, dict(self.vector_peak)))
+
+    def vector_flops(self, dtype: str) -> float:
+        """FLOP/s of the CUDA cores alone for ``dtype``; an error naming what it has."""
+        try:
+            return self.vector_peak[dtype]
+        except KeyError:
+            raise UnsupportedOp(f"gpu ({self.architecture}, {self.sm_count} SMs): has no "
+                                f"vector rate for dtype {dtype!r}; it has "
+                                f"{', '.join(self.vector_peak) or 'none'}") from None
+
+    def definition(self) -> dict[str, Any]:
+        """Every figure, as JSON values."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
 @dataclass(frozen=True)
 class Device:
     """One processor: peak rates per dtype, memory, overheads, per-class efficiency.
@@ -97,6 +179,9 @@ class Device:
     efficiency: Mapping[str, Efficiency] = field(default_factory=dict)
     model: str = ""
     description: str = ""
+    #: The GPU figures of a GPU from the catalog (architecture, SMs, clocks, caches); None
+    #: for other kinds and for GPUs described by their roofline alone.
+    gpu: GpuSpec | None = None
 
     def __post_init__(self) -> None:
         owner = f"device {self.name!r}"
@@ -125,6 +210,7 @@ class Device:
                 raise _fail(owner, f"efficiency key must be one of "
                                    f"{', '.join(COMPUTE_CLASSES)}, got {op_class!r}")
             eff[op_class] = _check_efficiency(owner, op_class, value)
+        self._check_gpu(owner)
         object.__setattr__(self, "peak", MappingProxyType(
             {k: float(v) for k, v in self.peak.items()}))
         object.__setattr__(self, "efficiency", MappingProxyType(eff))
@@ -138,7 +224,21 @@ class Device:
         return (Device, (self.name, self.kind, dict(self.peak), self.memory_bytes,
                          self.memory_bandwidth, self.launch_overhead_s, self.compute_streams,
                          self.copy_engines, dict(self.efficiency), self.model,
-                         self.description))
+                         self.description, self.gpu))
+
+    def _check_gpu(self, owner: str) -> None:
+        gpu = self.gpu
+        if gpu is None:
+            return
+        if not isinstance(gpu, GpuSpec):
+            raise _fail(owner, f"gpu must be a GpuSpec or None, got {type(gpu).__name__}")
+        if self.kind == "cpu":
+            raise _fail(owner, "gpu must be absent on a device of kind 'cpu', got a gpu table")
+        for dtype, rate in gpu.vector_peak.items():
+            if rate > self.peak.get(dtype, 0.0):
+                raise _fail(owner, f"gpu.vector_peak.{dtype} must be <= peak.{dtype} (the best "
+                                   f"rate, tensor cores included: "
+                                   f"{self.peak.get(dtype, 'none')!r}), got {rate!r}")
 
     def peak_flops(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype``; error naming the device if it has no such unit."""
@@ -352,8 +452,9 @@ class Cluster:
     def definition(self) -> dict[str, Any]:
         """Everything that defines the cluster, as JSON values."""
         def device(d: Device) -> dict[str, Any]:
-            return {f.name: _plain(getattr(d, f.name)) for f in fields(d)
-                    if f.name != "description"}
+            out = {f.name: _plain(getattr(d, f.name)) for f in fields(d)
+                   if f.name not in ("description", "gpu")}
+            return {**out, **({"gpu": d.gpu.definition()} if d.gpu else {})}
 
         return {"name": self.name, "devices": [device(d) for d in self.devices],
                 "links": [{f.name: getattr(k, f.name) for f in fields(k)} for k in self.links],

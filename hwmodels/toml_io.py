@@ -2,9 +2,12 @@
 
 Keys carry their unit: ``memory_gib`` (2**30 bytes), ``memory_bandwidth_gbps`` and
 ``bandwidth_gbps`` (GB/s, 10**9 bytes per second), ``latency_us`` and ``launch_overhead_us``
-(microseconds), ``peak_tflops.<dtype>`` (10**12 FLOP/s). A file holds ``[[device]]`` and
-``[[cluster]]`` tables; a cluster's ``[[cluster.device]]`` entries name a device ``model``
-defined in the same file or already registered.
+(microseconds), ``peak_tflops.<dtype>`` (10**12 FLOP/s). A GPU may carry a ``gpu`` table
+(``[device.gpu]`` or an inline ``gpu = {...}``): ``architecture``, ``sm_count``,
+``base_clock_mhz`` and ``boost_clock_mhz`` (10**6 Hz), ``power_w``, ``l2_mib`` (2**20 bytes),
+``shared_memory_per_sm_kib`` (2**10 bytes), ``vector_tflops.<dtype>``. A file holds
+``[[device]]`` and ``[[cluster]]`` tables; a cluster's ``[[cluster.device]]`` entries name a
+device ``model`` defined in the same file or already registered.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import tomli_w
 
-from hwmodels.spec import Cluster, Device, Link
+from hwmodels.spec import Cluster, Device, GpuSpec, Link
 from workloads.errors import HardwareSpecError
 from workloads.io import read_text, write_text_atomic
 
@@ -24,8 +27,11 @@ __all__ = ["HardwareFile", "build_clusters", "build_devices", "dump", "dumps", "
            "parse"]
 
 GIB = 2**30
+MIB = 2**20
+KIB = 2**10
 GB = 1e9
 TERA = 1e12
+MEGA = 1e6
 MICRO = 1e-6
 
 @dataclass
@@ -44,9 +50,34 @@ def _spec(where: str, make: Callable[[], Any]) -> Any:
         raise HardwareSpecError(f"{where}: {err}") from err
 
 
+def _gpu(device: str, g: Any) -> GpuSpec | None:
+    """The spec of a ``gpu`` table (its errors name the device), or None without one."""
+    if g is None:
+        return None
+    try:
+        return GpuSpec(
+            architecture=g.architecture, sm_count=g.sm_count,
+            base_clock_hz=g.base_clock_mhz * MEGA, boost_clock_hz=g.boost_clock_mhz * MEGA,
+            power_w=g.power_w, l2_bytes=round(g.l2_mib * MIB),
+            shared_memory_per_sm_bytes=round(g.shared_memory_per_sm_kib * KIB),
+            vector_peak={k: v * TERA for k, v in g.vector_tflops.items()})
+    except HardwareSpecError as err:
+        raise HardwareSpecError(f"device {device!r}: {err}") from err
+
+
+def gpu_table(g: GpuSpec) -> dict[str, Any]:
+    """A GPU spec as the ``gpu`` table :func:`loads` reads back."""
+    return {"architecture": g.architecture, "sm_count": g.sm_count,
+            "base_clock_mhz": _num(g.base_clock_hz / MEGA),
+            "boost_clock_mhz": _num(g.boost_clock_hz / MEGA), "power_w": _num(g.power_w),
+            "l2_mib": _num(g.l2_bytes / MIB),
+            "shared_memory_per_sm_kib": _num(g.shared_memory_per_sm_bytes / KIB),
+            "vector_tflops": {k: _num(v / TERA) for k, v in g.vector_peak.items()}}
+
+
 def _device(where: str, t: Any) -> Device:
     return _spec(where, lambda: Device(
-        name=t.name, kind=t.kind, description=t.description,
+        name=t.name, kind=t.kind, description=t.description, gpu=_gpu(t.name, t.gpu),
         peak={k: v * TERA for k, v in t.peak_tflops.items()},
         memory_bytes=int(t.memory_gib * GIB), memory_bandwidth=t.memory_bandwidth_gbps * GB,
         launch_overhead_s=t.launch_overhead_us * MICRO, compute_streams=t.compute_streams,
@@ -166,6 +197,8 @@ def device_table(d: Device) -> dict[str, Any]:
     if d.efficiency:
         table["efficiency"] = {k: v if isinstance(v, float) else [list(r) for r in v]
                                for k, v in d.efficiency.items()}
+    if d.gpu is not None:
+        table["gpu"] = gpu_table(d.gpu)
     return table
 
 
