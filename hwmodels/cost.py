@@ -359,7 +359,8 @@ class TableCost(CostModel):
 
 COST_MODELS: Registry[type[CostModel]] = Registry(
     "cost model", "placelab.cost_models",
-    builtins={"calibrated": "hwmodels.calibrated:CalibratedCost"})
+    builtins={"calibrated": "hwmodels.calibrated:CalibratedCost",
+              "gpu": "hwmodels.gpufit:GpuCost"})
 COST_MODELS.register("roofline", RooflineCost)
 COST_MODELS.register("table", TableCost)
 

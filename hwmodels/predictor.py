@@ -51,7 +51,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -59,9 +59,9 @@ from hwmodels.spec import Device
 from workloads.errors import HardwareSpecError
 from workloads.op import Op, window_work
 
-__all__ = ["ALONE", "BASE_FEATURES", "FEATURES", "Context", "KindModel", "OpSample",
-           "OpTimePredictor", "Quality", "base_features", "fit_base", "fit_kind",
-           "fit_predictor", "model_key", "op_features", "predict_samples",
+__all__ = ["ALONE", "BASE_FEATURES", "FEATURES", "Context", "CpuFeatures", "Featurizer",
+           "KindModel", "OpSample", "OpTimePredictor", "Quality", "base_features", "fit_base",
+           "fit_kind", "fit_predictor", "model_key", "op_features", "predict_samples",
            "roofline_seconds"]
 
 #: Cache sizes (bytes) the footprint features are taken against where none are given:
@@ -204,6 +204,9 @@ class OpSample:
     name: str = ""
     #: The op's :func:`base_features`.
     base: tuple[float, ...] = ()
+    #: The op's roofline seconds on the device it was measured on, where the sample
+    #: carries it (samples of several devices); 0: the spec it is predicted for gives it.
+    roof_s: float = 0.0
 
     @classmethod
     def of(cls, op: Op, seconds: float, *, context: Context = ALONE,
@@ -245,6 +248,9 @@ class KindModel:
     text: str = field(repr=False)
     trained_on: int
     heldout: Quality | None = None
+    #: The most the trees may correct the base, as a log factor either way (0: the base
+    #: alone, where cross-validation found the trees do not carry).
+    max_correction: float = MAX_LOG_CORRECTION
 
     @cached_property
     def booster(self) -> Any:
@@ -257,8 +263,11 @@ class KindModel:
         """Predicted seconds of ops with these tree features, base features and
         roofline times (rows): the base times the correction, never below the roof."""
         linear = _linear(base, self.base)
+        if not self.max_correction:
+            return np.maximum(linear, roof)
+        bound = self.max_correction
         correction = np.clip(np.asarray(self.booster.predict(features, num_threads=1),
-                                        dtype=float), -MAX_LOG_CORRECTION, MAX_LOG_CORRECTION)
+                                        dtype=float), -bound, bound)
         return np.maximum(linear * np.exp(correction), roof)
 
     def packed(self) -> str:
@@ -274,27 +283,74 @@ class KindModel:
                                     f"got data that does not decode: {err}") from None
 
 
+class Featurizer(Protocol):
+    """What a predictor reads of an op on a device: the key of the model that prices it,
+    the trees' features, the base's features and the roofline that bounds it. The CPU's
+    (:class:`CpuFeatures`) reads the op alone, for a model fitted on one machine; a GPU's
+    (:class:`hwmodels.gpumodel.GpuFeatures`) reads the device's spec too, for one model
+    fitted across GPUs."""
+
+    def key(self, op: Op) -> str: ...
+
+    def features(self, op: Op, spec: Device, context: Context) -> tuple[float, ...]: ...
+
+    def base(self, op: Op, spec: Device, context: Context) -> tuple[float, ...]: ...
+
+    def roof(self, op: Op, spec: Device) -> float: ...
+
+
+@dataclass(frozen=True)
+class CpuFeatures:
+    """:data:`FEATURES` and :data:`BASE_FEATURES` against three cache levels (bytes), and
+    ``spec``'s roofline.
+
+    >>> from workloads.op import Tensor
+    >>> relu = Op("r", "relu", "elementwise", outputs=(Tensor("r", (256,)),), flops=256,
+    ...           bytes_read=1024, bytes_written=1024)
+    >>> CpuFeatures((64, 512, 1024)).base(relu, None, ALONE)[:4]
+    (1.0, 256.0, 1024.0, 1024.0)
+    """
+
+    caches: tuple[int, ...] = DEFAULT_CACHES
+
+    def key(self, op: Op) -> str:
+        return model_key(op)
+
+    def features(self, op: Op, spec: Any, context: Context) -> tuple[float, ...]:
+        return op_features(op, context, self.caches)
+
+    def base(self, op: Op, spec: Any, context: Context) -> tuple[float, ...]:
+        return base_features(op, context, self.caches)
+
+    def roof(self, op: Op, spec: Device) -> float:
+        return roofline_seconds(op.flops, op.bytes_read + op.bytes_written, op.dtype, spec)
+
+
 class OpTimePredictor:
-    """Fitted models per kind key (and per op class, ``class:<op_class>``), the cache sizes
-    their footprint features were taken against, and the roofline their utilisations are
-    fractions of: ``roof`` (a device spec whose peaks and bandwidth bound every op, e.g.
-    the fastest rates calibration measured), or else the spec of the device asked about."""
+    """Fitted models per kind key (and per op class, ``class:<op_class>``), what they read
+    of an op (``featurizer``; by default :class:`CpuFeatures` against ``caches``), and the
+    roofline their utilisations are fractions of: ``roof`` (a device spec whose peaks and
+    bandwidth bound every op, e.g. the fastest rates calibration measured), or else the
+    spec of the device asked about."""
 
     def __init__(self, models: Mapping[str, KindModel],
-                 caches: Sequence[int] = DEFAULT_CACHES, roof: Device | None = None) -> None:
+                 caches: Sequence[int] = DEFAULT_CACHES, roof: Device | None = None,
+                 featurizer: Featurizer | None = None) -> None:
         self.models = dict(models)
         self.caches = tuple(int(c) for c in caches)
         self.roof = roof
+        self.featurizer: Featurizer = featurizer or CpuFeatures(self.caches)
 
     def model_for(self, op: Op) -> KindModel | None:
         """The op's kind's model, else its class's, else None."""
-        return self.models.get(model_key(op)) or self.models.get(f"class:{op.op_class}")
+        return (self.models.get(self.featurizer.key(op))
+                or self.models.get(f"class:{op.op_class}"))
 
     def quality(self, samples: Sequence[OpSample], spec: Device | None = None) -> Quality:
         """The error of the predictions of ``samples`` (each by its kind's model, else its
         class's), e.g. on samples held out of the fit."""
         roof = self.roof or spec
-        if roof is None:
+        if roof is None and not all(s.roof_s for s in samples):
             raise HardwareSpecError("predictor: quality needs a spec or a roof, got neither")
         predicted, measured = [], []
         for s in samples:
@@ -313,6 +369,7 @@ class OpTimePredictor:
         """:meth:`time` of each op (in its context), one model call per kind."""
         where = list(contexts) if contexts is not None else [ALONE] * len(ops)
         spec = self.roof or spec
+        f = self.featurizer
         out = np.zeros(len(ops))
         groups: dict[str, list[int]] = {}
         for i, op in enumerate(ops):
@@ -322,13 +379,18 @@ class OpTimePredictor:
                                         f"{op.kind!r}, class {op.op_class!r})")
             groups.setdefault(model.key, []).append(i)
         for key, index in groups.items():
-            x = np.array([op_features(ops[i], where[i], self.caches) for i in index])
-            base = np.array([base_features(ops[i], where[i], self.caches) for i in index])
-            roof = np.array([roofline_seconds(ops[i].flops, ops[i].bytes_read
-                                              + ops[i].bytes_written, ops[i].dtype, spec)
-                             for i in index])
+            x = np.array([f.features(ops[i], spec, where[i]) for i in index])
+            base = np.array([f.base(ops[i], spec, where[i]) for i in index])
+            roof = np.array([f.roof(ops[i], spec) for i in index])
             out[index] = self.models[key].seconds(x, base, roof)
         return out
+
+
+def _need(spec: Device | None) -> Device:
+    if spec is None:
+        raise HardwareSpecError("predictor: a sample without its roofline needs a spec, "
+                                "got none")
+    return spec
 
 
 def _linear(base: np.ndarray, coefficients: Sequence[float]) -> np.ndarray:
@@ -378,10 +440,12 @@ def fit_kind(key: str, samples: Sequence[OpSample], spec: Device, *, seed: int =
     return model
 
 
-def predict_samples(model: KindModel, samples: Sequence[OpSample], spec: Device
+def predict_samples(model: KindModel, samples: Sequence[OpSample], spec: Device | None
                     ) -> np.ndarray:
-    """``model``'s predicted seconds of each sample, with ``spec``'s roofline."""
-    roof = np.array([roofline_seconds(s.flops, s.moved, s.dtype, spec) for s in samples])
+    """``model``'s predicted seconds of each sample, with its own roofline where it carries
+    one, else ``spec``'s."""
+    roof = np.array([s.roof_s or roofline_seconds(s.flops, s.moved, s.dtype, _need(spec))
+                     for s in samples])
     return model.seconds(np.array([s.features for s in samples]),
                          np.array([s.base for s in samples]), roof)
 
