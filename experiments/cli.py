@@ -17,6 +17,7 @@ from experiments.commands import (
     check_outputs,
     cmd_compare,
     cmd_demo,
+    cmd_hw_check,
     cmd_hw_list,
     cmd_hw_register,
     cmd_hw_remove,
@@ -157,6 +158,11 @@ def _add_hw_commands(sub: Any) -> None:
     p.add_argument("name")
     _add_json(p)
     p.set_defaults(func=cmd_hw_show)
+    p = hsub.add_parser("check", help="a GPU's predictions against published measurements, "
+                        "or its stated uncertainty")
+    p.add_argument("name")
+    _add_json(p)
+    p.set_defaults(func=cmd_hw_check)
     p = hsub.add_parser("register", help="validate a hardware TOML file and store it in "
                         "the user catalog ($PLACELAB_HOME/hardware)")
     p.add_argument("file")

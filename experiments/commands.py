@@ -210,15 +210,61 @@ def cmd_hw_show(args: argparse.Namespace) -> None:
     from hwmodels.toml_io import cluster_table, device_table, dumps
 
     if args.name in list_devices():
+        from hwmodels.gpucheck import uncertainty
+
         device = get_device(args.name)
         data = {"type": "device", **device_table(device)}
         text = dumps(devices=[device])
+        if device.gpu is not None:
+            u = uncertainty(device)
+            data["uncertainty"] = {"basis": u.basis, "median": u.median, "p90": u.p90,
+                                   "fitted_on_it": u.fitted_on_it} if u else None
+            text += f"# {_uncertainty_line(u)}\n"
     else:
         cluster = get_cluster(args.name)
         data = {"type": "cluster", **cluster_table(cluster)}
         text = dumps(clusters=[cluster])
     data["source"] = source_of(data["type"], args.name)
     emit(args, data, text.rstrip())
+
+
+def cmd_hw_check(args: argparse.Namespace) -> None:
+    from dataclasses import asdict
+
+    from hwmodels.gpucheck import check_device
+    from hwmodels.registry import get_device
+
+    report = check_device(get_device(args.name))
+    lines = [f"{report['device']} ({report['role']}; GPU model fitted on "
+             f"NeuSight's training GPUs only)"]
+    kernels, labels, u = report["kernels"], report["labels"], report["uncertainty"]
+    if kernels:
+        lines += ["kernels (NeuSight), |error| median / p90:",
+                  f"  {'family':<12} {'n':>5}  {'roofline':>15}  {'GPU model':>15}"]
+        lines += [f"  {k.family:<12} {k.samples:>5}  {100 * k.roofline_median:6.1f}% / "
+                  f"{100 * k.roofline_p90:5.1f}%  {100 * k.model_median:6.1f}% / "
+                  f"{100 * k.model_p90:5.1f}%" for k in kernels]  # type: ignore[attr-defined]
+    if labels:
+        lines += ["end to end (NeuSight labels), predicted vs measured:"]
+        lines += [f"  {x.model:<11} {x.mode:<5} batch {x.batch:<3} {1e3 * x.measured_s:9.1f} ms "
+                  f"{1e3 * x.predicted_s:9.1f} ms {100 * x.error:+6.1f}%"
+                  for x in labels]  # type: ignore[attr-defined]
+    lines.append(_uncertainty_line(u))
+    data = {**{k: v for k, v in report.items() if k not in ("kernels", "labels", "uncertainty")},
+            "kernels": [asdict(k) for k in kernels],  # type: ignore[attr-defined]
+            "labels": [{**asdict(x), "error": x.error} for x in labels],  # type: ignore[attr-defined]
+            "uncertainty": asdict(u) if u is not None else None}  # type: ignore[call-overload]
+    emit(args, data, "\n".join(lines))
+
+
+def _uncertainty_line(u: Any) -> str:
+    if u is None:
+        return ("stated uncertainty: none measured (no gpu table: priced by the roofline, "
+                "which no published measurement checks)")
+    where = ("on itself, a GPU the model was fitted on" if u.fitted_on_it else
+             f"on {u.basis}, a GPU the model never saw")
+    return (f"stated uncertainty of its kernel times: {100 * u.median:.1f}% median, "
+            f"{100 * u.p90:.1f}% p90 (measured {where})")
 
 
 def cmd_hw_register(args: argparse.Namespace) -> None:

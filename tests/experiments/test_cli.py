@@ -259,3 +259,35 @@ def test_simulate_hybrid_parallel_training(capsys) -> None:
                  "--cluster", "dgx-h100-x2-ib", "--tp", "5"]) == 2
     err = capsys.readouterr().err
     assert "tp must be >= 1 and divide the heads and widths it splits, got tp=5" in err
+
+
+def test_hw_check_of_a_held_out_gpu_prints_published_against_predicted(capsys) -> None:
+    code, out, _ = run(capsys, "hw", "check", "a100-pcie-80gb", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["role"] == "held out"
+    assert {k["family"] for k in data["kernels"]} >= {"bmm", "linear", "elementwise"}
+    labels = data["labels"]
+    assert labels and all(x["measured_s"] > 0 and x["predicted_s"] > 0 for x in labels)
+    first = labels[0]
+    assert first["error"] == pytest.approx(first["predicted_s"] / first["measured_s"] - 1)
+    assert data["uncertainty"]["basis"] == "a100-pcie-80gb"
+
+
+def test_hw_check_of_an_unmeasured_gpu_states_the_nearest_held_out_error(capsys) -> None:
+    code, out, _ = run(capsys, "hw", "check", "h200-sxm-141gb")
+    assert code == 0
+    assert "measured on h100-sxm5-80gb, a GPU the model never saw" in out
+    code, out, _ = run(capsys, "hw", "show", "h200-sxm-141gb", "--json")
+    assert json.loads(out)["uncertainty"]["basis"] == "h100-sxm5-80gb"
+
+
+def test_hw_check_of_a_cpu_says_no_gpu_model_applies(capsys) -> None:
+    code, out, _ = run(capsys, "hw", "check", "xeon-8380")
+    assert code == 0
+    assert "stated uncertainty: none measured (no gpu table" in out
+
+
+def test_hw_check_of_an_unknown_device_is_one_line(capsys) -> None:
+    code, out, err = run(capsys, "hw", "check", "h1000")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
