@@ -74,7 +74,7 @@ def family_errors(measured: Sequence[tuple[str, Measured]]) -> list[FamilyError]
         cluster = _one(ms[0].device)
         seconds = np.array([m.seconds for m in ms])
         roof = np.array([RooflineCost(cluster).op_time(m.op, "gpu0") for m in ms])
-        model = GpuCost(cluster).predictor.times([m.op for m in ms], ms[0].device)
+        model = GpuCost(cluster).alone.times([m.op for m in ms], ms[0].device)
         r, g = np.abs(roof / seconds - 1), np.abs(model / seconds - 1)
         out.append(FamilyError(family, len(ms), float(np.median(r)), float(np.quantile(r, .9)),
                                float(np.median(g)), float(np.quantile(g, .9))))
@@ -154,7 +154,7 @@ def uncertainty(device: Device) -> Uncertainty | None:
     assert basis is not None
     rows = [k for k in neusight_kernels() if k.device == basis]
     ms = measured_kernels(rows)
-    predicted = GpuCost(_one(ms[0].device)).predictor.times([m.op for m in ms], ms[0].device)
+    predicted = GpuCost(_one(ms[0].device)).alone.times([m.op for m in ms], ms[0].device)
     errors = np.abs(predicted / np.array([m.seconds for m in ms]) - 1)
     return Uncertainty(basis, float(np.median(errors)), float(np.quantile(errors, 0.9)),
                        device.model in TRAINING_GPUS)

@@ -46,7 +46,7 @@ from workloads.op import Op
 from workloads.schema import Schema
 
 __all__ = ["GPU_PREDICTOR_FILE", "GpuCost", "Measured", "cross_validate", "fit_gpu_predictor",
-           "gpu_samples", "load_gpu_predictor", "quality_by_key", "write_gpu_predictor"]
+           "gpu_samples", "in_graph", "load_gpu_predictor", "quality_by_key", "write_gpu_predictor"]
 
 GPU_PREDICTOR_FILE = Path(__file__).parent / "catalog" / "gpu_predictor.toml"
 MODEL_FORMAT = "lightgbm-text/zlib/base64"
@@ -147,8 +147,10 @@ def fit_gpu_predictor(measured: Sequence[Measured], *, seed: int = 0,
 
 def choose_corrections(measured: Sequence[Measured], features: GpuFeatures, *,
                        seed: int = 0) -> dict[str, float]:
-    """Per model key, the bound of :data:`CORRECTIONS` with the least error on GPUs left
-    out of the fit, one at a time (the mean over GPUs of the median |error|)."""
+    """Per model key, the bound of :data:`CORRECTIONS` chosen on GPUs left out of the fit,
+    one at a time, by the one-standard-error rule (Breiman et al., CART): the smallest bound
+    whose error (the mean over left-out GPUs of the median |error|) is within one standard
+    error of the best — with five GPUs, trees must carry clearly to be kept."""
     devices = sorted({m.device.name for m in measured})
     scores: dict[str, dict[float, list[float]]] = {}
     for gpu in devices:
@@ -164,8 +166,15 @@ def choose_corrections(measured: Sequence[Measured], features: GpuFeatures, *,
                 predicted = predict_samples(replace(model, max_correction=bound), mine, None)
                 scores.setdefault(key, {}).setdefault(bound, []).append(
                     float(np.median(np.abs(predicted / seconds - 1))))
-    return {key: min(by, key=lambda b: (float(np.mean(by[b])), -b))
-            for key, by in scores.items()}
+    return {key: _one_standard_error(by) for key, by in scores.items()}
+
+
+def _one_standard_error(scores: Mapping[float, Sequence[float]]) -> float:
+    """The smallest bound whose mean score is within one standard error of the best's."""
+    best = min(scores, key=lambda b: float(np.mean(scores[b])))
+    folds = np.asarray(scores[best])
+    limit = folds.mean() + (folds.std(ddof=1) / np.sqrt(len(folds)) if len(folds) > 1 else 0)
+    return min(b for b in scores if float(np.mean(scores[b])) <= limit)
 
 
 def quality_by_key(predictor: OpTimePredictor, measured: Sequence[Measured]
@@ -306,6 +315,14 @@ def load_gpu_predictor(path: str | Path = GPU_PREDICTOR_FILE) -> OpTimePredictor
     return OpTimePredictor(models, featurizer=GpuFeatures(float(reference)))
 
 
+def in_graph(predictor: OpTimePredictor) -> OpTimePredictor:
+    """``predictor`` pricing kernels as a graph runs them: each pays the spec's launch
+    overhead, not the fixed cost fitted on kernels timed one at a time (which is mostly
+    the host's launch and the timer's, and which a kernel queued behind others hides)."""
+    models = {k: replace(m, base=(1.0, *m.base[1:])) for k, m in predictor.models.items()}
+    return OpTimePredictor(models, predictor.caches, predictor.roof, predictor.featurizer)
+
+
 def provenance_of(path: str | Path = GPU_PREDICTOR_FILE) -> dict[str, Any]:
     """What the fitted GPU model in ``path`` was fitted on."""
     return dict(_document(Path(path)).provenance)
@@ -313,7 +330,9 @@ def provenance_of(path: str | Path = GPU_PREDICTOR_FILE) -> dict[str, Any]:
 
 class GpuCost(RooflineCost):
     """Op times of a device with a gpu table from the GPU model fitted on published
-    measurements (:func:`load_gpu_predictor`); of any other device, the roofline.
+    measurements (:func:`load_gpu_predictor`), as a graph runs its kernels
+    (:func:`in_graph`; ``alone`` prices a kernel timed by itself, as the measurements
+    were); of any other device, the roofline.
 
     >>> from hwmodels.registry import get_cluster
     >>> from hwmodels.gpumodel import _gemm_op
@@ -325,7 +344,8 @@ class GpuCost(RooflineCost):
 
     def __init__(self, cluster: Cluster, file: str | Path | None = None) -> None:
         super().__init__(cluster)
-        self.predictor = load_gpu_predictor(Path(file) if file else GPU_PREDICTOR_FILE)
+        self.alone = load_gpu_predictor(Path(file) if file else GPU_PREDICTOR_FILE)
+        self.predictor = in_graph(self.alone)
 
     @classmethod
     def create(cls, cluster: Cluster, file: str | Path | None = None) -> GpuCost:

@@ -80,7 +80,7 @@ def _pooled_error(rows: list) -> tuple[float, float]:
     model, roofline = [], []
     for m in measured:
         cluster = Cluster("one", (m.device.instance("gpu0"),))
-        model.append(GpuCost(cluster).op_time(m.op, "gpu0") / m.seconds - 1)
+        model.append(GpuCost(cluster).alone.time(m.op, m.device) / m.seconds - 1)
         roofline.append(make_cost_model("roofline", cluster).op_time(m.op, "gpu0")
                         / m.seconds - 1)
     return float(np.median(np.abs(model))), float(np.median(np.abs(roofline)))
@@ -131,3 +131,27 @@ def test_a_hypothetical_gpu_carries_the_error_of_its_nearest_held_out_architectu
 def test_measured_is_what_a_fit_reads() -> None:
     m = measured_kernels(_rows(device="t4", family="bmm")[:1])[0]
     assert isinstance(m, Measured) and m.device.name == "t4" and m.seconds > 0
+
+
+def test_the_one_standard_error_rule_keeps_the_simplest_bound_within_reach() -> None:
+    from hwmodels.gpufit import _one_standard_error
+
+    folds = [0.15, 0.25, 0.15, 0.25]  # mean 0.2, sample std 0.0577: standard error 0.0289
+    assert _one_standard_error({3.0: folds, 0.4: [0.22] * 4, 0.0: [0.3] * 4}) == 0.4
+    assert _one_standard_error({3.0: folds, 0.4: [0.24] * 4, 0.0: [0.21] * 4}) == 0.0
+    assert _one_standard_error({3.0: [0.1] * 4, 0.4: [0.2] * 4, 0.0: [0.3] * 4}) == 3.0
+
+
+def test_in_a_graph_a_kernel_pays_the_spec_s_launch_not_the_fitted_fixed_cost() -> None:
+    from hwmodels.gpufit import in_graph
+
+    alone = load_gpu_predictor()
+    graph = in_graph(alone)
+    for key, model in graph.models.items():
+        assert model.base[0] == 1.0 and model.base[1:] == alone.models[key].base[1:]
+    op = kernel_op(_rows(device="t4", family="bmm")[0])
+    t4 = get_device("t4")
+    fixed = alone.models["gemm"].base[0] - 1.0  # in units of the spec's launch overhead
+    if alone.models["gemm"].max_correction == 0:
+        assert alone.time(op, t4) - graph.time(op, t4) == pytest.approx(
+            fixed * t4.launch_overhead_s, rel=1e-6)
