@@ -285,11 +285,21 @@ def deepbench_table(lines: list[str], quick: bool) -> None:
                      f"{dtype} | {len(ms)} | {_stats(roof)} | {_stats(model)} |")
 
 
-def label_graph(m: ModelMeasurement) -> Graph:
-    """The zoo graph of a NeuSight label: the forward pass, or a training step (priced
-    without its update ops: the label has no optimizer step)."""
+def label_seconds(m: ModelMeasurement, cost_name: str) -> tuple[float, float]:
+    """A NeuSight label's zoo graph priced op by op on its GPU: the forward pass's seconds
+    and, for a training label, the backward pass's (the step without its update ops: the
+    label has no optimizer step)."""
     forward = build_model(ZOO[m.model], batch=m.batch, seq_len=m.seqlen)
-    return forward if m.mode == "inf" else training_graph(forward, "sgd")
+    graph = forward if m.mode == "inf" else training_graph(forward, "sgd")
+    cost = make_cost_model(cost_name, one_gpu(get_device(m.device)))
+    times = cost.op_times(graph, dict.fromkeys(graph.names, "gpu0"))
+    fw = bw = 0.0
+    for name, t in zip(graph.arrays.names, times, strict=True):
+        if name in forward.names:
+            fw += t
+        elif not graph.op(name).kind.endswith("_update"):
+            bw += t
+    return fw, bw
 
 
 def e2e_table(lines: list[str], quick: bool) -> None:
@@ -297,21 +307,25 @@ def e2e_table(lines: list[str], quick: bool) -> None:
               and m.model in ZOO]
     if quick:
         labels = [m for m in labels if m.role == "heldout"][:6]
-    lines += ["", "### End to end, one GPU (NeuSight labels): |error|", "",
+    lines += ["", "### End to end, one GPU (NeuSight labels): error", "",
+              "GPU model's error on the forward and backward passes apart (a training "
+              "label times them apart) in the last columns.", "",
               "| GPU | role | model | mode | batch | measured ms | roofline | GPU model | "
-              "NeuSight's |", "|---|---|---|---|---:|---:|---:|---:|---:|"]
+              "NeuSight's | forward | backward |", "|---|---|---|---|---:|---:|---:|---:|---:|"
+              "---:|---:|"]
     by_role: dict[str, list[float]] = defaultdict(list)
     for m in sorted(labels, key=lambda m: (m.role != "heldout", m.device, m.model, m.mode,
                                            m.batch)):
-        graph = label_graph(m)
-        device = get_device(m.device)
-        roof = graph_seconds(graph, device, "roofline", updates=False) / m.e2e_s - 1
-        model = graph_seconds(graph, device, "gpu", updates=False) / m.e2e_s - 1
+        roof = sum(label_seconds(m, "roofline")) / m.e2e_s - 1
+        fw, bw = label_seconds(m, "gpu")
+        model = (fw + bw) / m.e2e_s - 1
         by_role[m.role].append(abs(model))
         reported = NEUSIGHT_REPORTED.get((m.device, m.model, m.mode, m.batch))
+        apart = (f"{100 * (fw / m.fw_s - 1):+.1f}% | {100 * (bw / m.bw_s - 1):+.1f}%"
+                 if m.mode == "train" and m.fw_s and m.bw_s else " | ")
         lines.append(f"| {m.device} | {m.role} | {m.model} | {m.mode} | {m.batch} | "
                      f"{1e3 * m.e2e_s:.1f} | {100 * roof:+.1f}% | {100 * model:+.1f}% | "
-                     f"{'' if reported is None else f'{reported:.1f}%'} |")
+                     f"{'' if reported is None else f'{reported:.1f}%'} | {apart} |")
     for role, e in sorted(by_role.items()):
         lines.append(f"\n{role} GPUs, GPU model: median {100 * np.median(e):.1f}%, worst "
                      f"{100 * np.max(e):.1f}% over {len(e)} labels")
