@@ -90,6 +90,11 @@ class RunSpec:
         from hwmodels.registry import get_cluster
 
         c = get_cluster(cluster) if isinstance(cluster, str) else cluster
+        if graph_file is None:
+            from workloads.zoo import MODELS
+
+            MODELS.get(model)  # a typo is refused here, not recorded as a failed cell
+        _check_cost(cost, None if cost_file is None else str(cost_file), c)
         graph_json = None
         if graph_file is not None:
             from workloads.errors import GraphError
@@ -130,6 +135,15 @@ def cluster_toml(cluster: Cluster) -> str:
 
     models = {d.model: d for d in cluster.devices}
     return dumps(list(models.values()), [cluster])
+
+
+@functools.lru_cache(maxsize=64)
+def _check_cost(cost: str, cost_file: str | None, cluster: Cluster) -> None:
+    """Refuse an unknown cost model, or one without the file it reads, before any run
+    (once per cost model, file and cluster)."""
+    from hwmodels.cost import make_cost_model
+
+    make_cost_model(cost, cluster, cost_file)
 
 
 def _file_hash(path: str | Path) -> str:

@@ -25,6 +25,12 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
      "policy 'hefty'", "round_robin"),
     (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft,nope"],
      "policy 'nope'", "single_device"),
+    (["compare", "--model", "nope", "--cluster", "workstation", "--policies", "heft"],
+     "model 'nope'", "resnet50"),
+    (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft",
+      "--cost", "nope"], "cost model 'nope'", "roofline"),
+    (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft",
+      "--cost", "table"], "cost model table: needs a table file", "got none"),
 ])
 def test_unknown_names_exit_2_with_one_line(capsys, argv, bad, valid) -> None:
     code, out, err = run(capsys, *argv)
@@ -291,3 +297,11 @@ def test_hw_check_of_a_cpu_says_no_gpu_model_applies(capsys) -> None:
 def test_hw_check_of_an_unknown_device_is_one_line(capsys) -> None:
     code, out, err = run(capsys, "hw", "check", "h1000")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+
+
+def test_a_sweep_over_an_unknown_model_writes_nothing(capsys, tmp_path) -> None:
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('models = ["nope"]\nclusters = ["workstation"]\npolicies = ["heft"]\n')
+    code, out, err = run(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert code == 2 and out == "" and "unknown model 'nope'" in err
+    assert not (tmp_path / "out").exists()
