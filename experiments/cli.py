@@ -36,6 +36,7 @@ from sim.options import LINK_MODELS, ORDERS
 from workloads.collectives import ALGORITHMS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
+from workloads.zoo import MAX_BATCH
 
 __all__ = ["ENGINE_NAMES", "main"]
 
@@ -61,9 +62,9 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 
 def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
-    p.add_argument("--batch", type=_positive_int, default=1)
+    p.add_argument("--batch", type=_size, default=1)
     if seq_len:
-        p.add_argument("--seq-len", type=_positive_int, default=None,
+        p.add_argument("--seq-len", type=_size, default=None,
                        help="tokens per sequence (sequence models)")
     p.add_argument("--train", action="store_true",
                    help="a whole training step: forward, loss, backward, weight update")
@@ -77,21 +78,24 @@ def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
                    "(cse, dce, fuse_elementwise)")
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least ``minimum``."""
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an integer of at least ``minimum`` (and at most ``maximum``)."""
+    wanted = f">= {minimum}" if maximum is None else f"in {minimum}..{maximum}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got "
+            raise argparse.ArgumentTypeError(f"expected an integer {wanted}, got "
                                              f"{text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"expected an integer {wanted}, got {value}")
         return value
     return parse
 
 
 _positive_int, _nonnegative_int = _int_at_least(1), _int_at_least(0)
+_size = _int_at_least(1, MAX_BATCH)  # a batch or a sequence length
 
 
 def _nonnegative_float(text: str) -> float:
@@ -137,7 +141,7 @@ def _add_model_commands(sub: Any) -> None:
 
     p = msub.add_parser("import", help="the same summary for an ONNX model")
     p.add_argument("file")
-    p.add_argument("--batch", type=_positive_int, default=None,
+    p.add_argument("--batch", type=_size, default=None,
                    help="value of the inputs' symbolic first (batch) dimension")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value of a symbolic dimension, by name (repeatable)")

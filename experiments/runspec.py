@@ -88,12 +88,12 @@ class RunSpec:
         naming it) on ``cluster`` (a name, or a :class:`~hwmodels.Cluster` itself); the
         other fields as the class has them."""
         from hwmodels.registry import get_cluster
+        from workloads.zoo import MODELS, check_size
 
         c = get_cluster(cluster) if isinstance(cluster, str) else cluster
         if graph_file is None:
-            from workloads.zoo import MODELS
-
             MODELS.get(model)  # a typo is refused here, not recorded as a failed cell
+        check_size(model, batch, seq_len)  # and a size no table column can hold
         _check_cost(cost, None if cost_file is None else str(cost_file), c)
         graph_json = None
         if graph_file is not None:

@@ -54,7 +54,7 @@ def test_bad_flag_value_is_one_line(capsys) -> None:
         main(["model", "show", "mlp", "--batch", "0"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "expected an integer >= 1, got 0" in err
+    assert len(err.strip().splitlines()) == 1 and "expected an integer in 1..16777216, got 0" in err
 
 
 def test_model_show_json(capsys) -> None:
@@ -304,4 +304,15 @@ def test_a_sweep_over_an_unknown_model_writes_nothing(capsys, tmp_path) -> None:
     spec.write_text('models = ["nope"]\nclusters = ["workstation"]\npolicies = ["heft"]\n')
     code, out, err = run(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"))
     assert code == 2 and out == "" and "unknown model 'nope'" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_sweep_over_a_batch_past_int64_writes_nothing(capsys, tmp_path) -> None:
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('models = ["mlp"]\nclusters = ["workstation"]\npolicies = ["heft"]\n'
+                    'batch = [100000000000000000000]\n')
+    code, out, err = run(capsys, "sweep", str(spec), "--out", str(tmp_path / "out"))
+    assert code == 2 and out == ""
+    assert err.strip() == ("placelab: error: model 'mlp': batch must be an int in "
+                           "1..16777216, got 100000000000000000000")
     assert not (tmp_path / "out").exists()

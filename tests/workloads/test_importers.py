@@ -195,6 +195,20 @@ def test_symbolic_dimensions_are_bound_by_name_or_refused_naming_them(tmp_path: 
         import_onnx(path, batch=2)
 
 
+@pytest.mark.parametrize(("kwargs", "got"), [
+    ({"batch": 10**20}, r"--batch: expected an integer in 1\.\.2147483647, got 10{20}"),
+    ({"batch": 0}, r"--batch: expected an integer in 1\.\.2147483647, got 0"),
+    ({"dims": {"S": 2**63}}, r"--dim S: expected an integer in 1\.\.2147483647, got 9223"),
+    ({"dims": {"S": True}}, r"--dim S: expected an integer in 1\.\.2147483647, got True"),
+])
+def test_a_dimension_past_int64_or_not_an_integer_is_refused(
+        tmp_path: Path, kwargs: dict[str, object], got: str) -> None:
+    from workloads.importers import import_onnx
+
+    with pytest.raises(GraphError, match=got):
+        import_onnx(_symbolic(tmp_path), **kwargs)  # type: ignore[arg-type]
+
+
 def test_batch_is_refused_where_the_batch_is_fixed(tmp_path: Path) -> None:
     from onnx import TensorProto, helper
 
@@ -223,6 +237,12 @@ def test_model_import_takes_dims_from_the_command_line(tmp_path: Path, capsys) -
     assert json.loads(capsys.readouterr().out)["flops"] == 2 * 3 * 8
     assert main(["model", "import", path, "--dim", "S"]) == 2
     assert "--dim must be NAME=N with N an integer >= 1, got 'S'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["model", "import", path, "--dim", "S=3", "--batch", str(10**20)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--batch: expected an integer in 1..16777216, got 100000000000000000000" in err
+    assert len(err.strip().splitlines()) == 1
 
 
 def _imported(module, x):  # type: ignore[no-untyped-def]

@@ -11,9 +11,16 @@ def test_unknown_model_lists_the_known_ones() -> None:
         build_model("nope")
 
 
-def test_bad_batch_is_named() -> None:
-    with pytest.raises(RegistryError, match="batch must be an int >= 1, got 0"):
-        build_model("mlp", batch=0)
+@pytest.mark.parametrize(("kwargs", "got"), [
+    ({"batch": 0}, "batch must be an int in 1..16777216, got 0"),
+    ({"batch": True}, "batch must be an int in 1..16777216, got True"),
+    ({"batch": 1.5}, "batch must be an int in 1..16777216, got 1.5"),
+    ({"batch": 10**20}, "batch must be an int in 1..16777216, got 100000000000000000000"),
+    ({"seq_len": 2**24 + 1}, "seq_len must be an int in 1..16777216, got 16777217"),
+])
+def test_bad_batch_or_seq_len_is_named(kwargs: dict[str, object], got: str) -> None:
+    with pytest.raises(RegistryError, match=got):
+        build_model("gpt2_small", **kwargs)  # type: ignore[arg-type]
 
 
 def test_duplicate_registration_is_refused() -> None:

@@ -188,6 +188,11 @@ def _load(path: str | Path) -> Any:
     return model
 
 
+#: The largest value a symbolic input dimension is bound to: far past any real input, and
+#: small enough that the products of dimensions (element counts, bytes) stay in int64.
+MAX_DIM = 2**31 - 1
+
+
 def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, int]
           ) -> tuple[Any, dict[str, tuple[str, ...]], dict[str, int]]:
     """The model with its inputs' symbolic dimensions bound (``dims`` by name, ``batch``
@@ -206,6 +211,11 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
                          f"has a fixed first dimension; got --batch {batch}")
     values = dict.fromkeys(batch_names, batch) if batch is not None else {}
     values |= dict(dims)
+    for key, value in [("--batch", batch), *((f"--dim {k}", v) for k, v in dims.items())]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 1 <= value <= MAX_DIM):
+            raise GraphError(f"{path}: {key}: expected an integer in 1..{MAX_DIM}, got "
+                             f"{value!r}")
     for info in inputs:
         for d in info.type.tensor_type.shape.dim:
             if d.dim_param and d.dim_param in values:

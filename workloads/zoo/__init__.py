@@ -22,7 +22,13 @@ from workloads.registry import Registry
 if TYPE_CHECKING:
     from workloads.graph import Graph
 
-__all__ = ["MODELS", "build_model", "list_models", "register_model"]
+__all__ = ["MAX_BATCH", "MAX_SEQ_LEN", "MODELS", "build_model", "check_size", "list_models",
+           "register_model"]
+
+#: The largest batch and sequence length a model is built at: far past any real step,
+#: and small enough that every byte and FLOP count of the graph stays a finite int64.
+MAX_BATCH = 2**24
+MAX_SEQ_LEN = 2**24
 
 ModelFn = Callable[..., "Graph"]
 #: The zoo's constructors are imported on first lookup (listing names imports none).
@@ -63,8 +69,7 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
     True
     """
     fn = MODELS.get(name)
-    if not isinstance(batch, int) or batch < 1:
-        raise RegistryError(f"model {name!r}: batch must be an int >= 1, got {batch!r}")
+    check_size(name, batch, seq_len)
     if tp != 1:
         if "tp" not in inspect.signature(fn).parameters:
             raise RegistryError(f"model {name!r}: has no tensor-parallel split (tp), got "
@@ -75,8 +80,6 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
         graph = fn(batch=batch, dtype=dtype)
     elif "seq_len" not in inspect.signature(fn).parameters:
         raise RegistryError(f"model {name!r}: takes no seq_len, got {seq_len}")
-    elif not isinstance(seq_len, int) or seq_len < 1:
-        raise RegistryError(f"model {name!r}: seq_len must be an int >= 1, got {seq_len!r}")
     else:
         graph = fn(batch=batch, dtype=dtype, seq_len=seq_len)
     # the graph is new and not yet shared: record what it is without rebuilding it
@@ -84,6 +87,22 @@ def build_model(name: str, *, batch: int = 1, dtype: str = "fp32",
                                    "seq_len": seq_len, "dtype": dtype, "step": "forward",
                                    **({"tp": tp} if tp != 1 else {})})
     return graph
+
+
+def check_size(name: str, batch: object, seq_len: object = None) -> None:
+    """Refuse a batch or sequence length that is not an int in 1..2**24 (a bool is not one).
+
+    >>> check_size("mlp", 2**30)
+    Traceback (most recent call last):
+    ...
+    workloads.errors.RegistryError: model 'mlp': batch must be an int in 1..16777216, got 1073741824
+    """
+    for key, value, top in (("batch", batch, MAX_BATCH), ("seq_len", seq_len, MAX_SEQ_LEN)):
+        if key == "seq_len" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise RegistryError(f"model {name!r}: {key} must be an int in 1..{top}, got "
+                                f"{value!r}")
 
 
 def _splits(name: str) -> bool:
