@@ -282,6 +282,14 @@ def weight_bytes(graph: Graph, op: Op) -> int:
     return read
 
 
+def _check_seconds(key: str, seconds: object) -> None:
+    # a bool is an int to Python, never a time
+    if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+            or not 0 <= seconds < math.inf):
+        raise HardwareSpecError(f"table: {key} must be a finite number >= 0, got "
+                                f"{seconds!r}")
+
+
 class TableCost(CostModel):
     """Explicit times: ``op_times[op][device]`` seconds and, for a tensor crossing devices,
     ``transfer_times[tensor]`` seconds (any pair of distinct devices, as in the scheduling
@@ -307,18 +315,22 @@ class TableCost(CostModel):
     def __init__(self, cluster: Cluster, op_times: Mapping[str, Mapping[str, float]],
                  transfer_times: Mapping[str, float] | None = None) -> None:
         super().__init__(cluster)
+        for name, table in (("op_time_s", op_times), ("transfer_time_s", transfer_times)):
+            if table is not None and not isinstance(table, Mapping):
+                raise HardwareSpecError(f"table: {name} must be a mapping, got "
+                                        f"{type(table).__name__}")
+        for op, row in op_times.items():
+            if not isinstance(row, Mapping):
+                raise HardwareSpecError(f"table: op_time_s.{op} must be a mapping of device "
+                                        f"to seconds, got {row!r}")
         self.table = {op: dict(row) for op, row in op_times.items()}
         self.transfers = dict(transfer_times or {})
         for op, row in self.table.items():
             for device, seconds in row.items():
                 cluster.device(device)
-                if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-                    raise HardwareSpecError(f"table: op_time_s.{op}.{device} must be a "
-                                            f"finite number >= 0, got {seconds!r}")
+                _check_seconds(f"op_time_s.{op}.{device}", seconds)
         for tensor, seconds in self.transfers.items():
-            if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-                raise HardwareSpecError(f"table: transfer_time_s.{tensor} must be a finite "
-                                        f"number >= 0, got {seconds!r}")
+            _check_seconds(f"transfer_time_s.{tensor}", seconds)
 
     @classmethod
     def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:

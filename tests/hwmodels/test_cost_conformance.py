@@ -51,3 +51,21 @@ def test_a_broken_cost_model_fails_the_suite() -> None:
                                                r".*\[transfers\] Careless: a transfer within "
                                                r"one device is not free"):
         check_cost_model(Careless)
+
+
+@pytest.mark.parametrize(("op_times", "transfers", "message"), [
+    ({"a": 5}, None, "table: op_time_s.a must be a mapping of device to seconds, got 5"),
+    ([("a", {})], None, "table: op_time_s must be a mapping, got list"),
+    ({"a": {"p1": True}}, None, "table: op_time_s.a.p1 must be a finite number >= 0, got True"),
+    ({"a": {"p1": float("nan")}}, None,
+     "table: op_time_s.a.p1 must be a finite number >= 0, got nan"),
+    ({}, {"t": -1.0}, "table: transfer_time_s.t must be a finite number >= 0, got -1.0"),
+    ({}, [1.0], "table: transfer_time_s must be a mapping, got list"),
+])
+def test_a_malformed_table_is_refused_naming_the_entry(op_times, transfers, message) -> None:
+    from hwmodels import Link
+    from workloads.errors import HardwareSpecError
+
+    d = tuple(Device(n, "cpu", {"fp32": 1e9}, 2**30, 1e9) for n in ("p1", "p2"))
+    with pytest.raises(HardwareSpecError, match=f"^{message}$".replace(".", r"\.")):
+        TableCost(Cluster("c", d, (Link("p1", "p2", 1e9),)), op_times, transfers)
