@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -320,6 +321,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except PlacelabError as err:
         sys.stderr.write(f"placelab: error: {' '.join(str(err).splitlines())}\n")
+        return 2
+    except BrokenPipeError:
+        # the reader closed standard output (``| head``): its choice, not an error; later
+        # writes (the interpreter's last flush) go nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except MemoryError:
+        sys.stderr.write("placelab: error: out of memory: expected the run to fit in the "
+                         "memory this process may use (see ulimit -v), got MemoryError\n")
         return 2
     except OSError as err:
         where = f" {err.filename!r}" if err.filename else ""

@@ -98,8 +98,10 @@ class RunSpec:
         graph_json = None
         if graph_file is not None:
             from workloads.errors import GraphError
-            from workloads.io import read_text
+            from workloads.graph import LOAD_BYTES_PER_FILE_BYTE
+            from workloads.io import check_room, read_text
 
+            check_room(graph_file, LOAD_BYTES_PER_FILE_BYTE, GraphError, "graph file")
             graph_json = read_text(graph_file, GraphError, "graph file")
         cost_hash = ""
         if cost_file is not None:

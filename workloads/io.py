@@ -16,7 +16,8 @@ from workloads.errors import PlacelabError
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["STDOUT", "read_text", "write_bytes_atomic", "write_figure", "write_text_atomic"]
+__all__ = ["STDOUT", "check_room", "memory_headroom", "read_text", "write_bytes_atomic",
+           "write_figure", "write_text_atomic"]
 
 
 def _file_mode() -> int:
@@ -136,3 +137,44 @@ def read_text(path: str | Path, error: type[PlacelabError], what: str) -> str:
     except UnicodeDecodeError as err:
         raise error(f"{path}: expected UTF-8 text, got a byte {data[err.start]:#x} at "
                     f"offset {err.start}") from None
+
+
+def memory_headroom() -> tuple[int, str]:
+    """Bytes this process can still allocate, and what bounds them: the memory the system
+    has available or, where lower, what the address-space limit (``ulimit -v``) leaves.
+
+    >>> room, bound = memory_headroom()
+    >>> bound in ("available memory", "the address-space limit (ulimit -v)")
+    True
+    """
+    import resource
+
+    import psutil
+
+    room, bound = int(psutil.virtual_memory().available), "available memory"
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit != resource.RLIM_INFINITY:
+        left = limit - psutil.Process().memory_info().vms
+        if left < room:
+            room, bound = max(left, 0), "the address-space limit (ulimit -v)"
+    return room, bound
+
+
+def check_room(path: str | Path, per_byte: float, error: type[PlacelabError],
+               what: str) -> None:
+    """Refuse, before reading it, a file whose objects need more memory than is left
+    (``per_byte`` bytes of memory per byte of file): a one-line error rather than an
+    allocation failure deep inside a parser, or swapping.
+
+    >>> check_room(__file__, 10, PlacelabError, "source file")  # a small file fits
+    """
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return  # the read that follows reports it
+    need = int(size * per_byte)
+    room, bound = memory_headroom()
+    if need > room:
+        raise error(f"{path}: a {size / 2**20:,.0f} MiB {what} needs about "
+                    f"{need / 2**30:,.1f} GiB to load; {bound} leaves "
+                    f"{room / 2**30:,.1f} GiB")

@@ -316,3 +316,51 @@ def test_a_sweep_over_a_batch_past_int64_writes_nothing(capsys, tmp_path) -> Non
     assert err.strip() == ("placelab: error: model 'mlp': batch must be an int in "
                            "1..16777216, got 100000000000000000000")
     assert not (tmp_path / "out").exists()
+
+
+def _placelab(*argv: str, **kwargs) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *argv], text=True,
+                          stderr=subprocess.PIPE, timeout=120, check=False, **kwargs)
+
+
+def test_a_graph_file_too_large_for_the_address_space_is_one_line(tmp_path) -> None:
+    import resource
+
+    big = tmp_path / "big.json"
+    with big.open("w") as f:  # whitespace: the size is what is judged, before parsing
+        f.write("{" + " " * 120 * 2**20 + "}")
+    gib = 2**30
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (gib, gib))
+
+    proc = _placelab("simulate", "--graph", str(big), "--cluster", "workstation",
+                     "--policy", "round_robin", stdout=subprocess.PIPE, preexec_fn=limit)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith(f"placelab: error: {big}: a 120 MiB graph file needs "
+                                  "about 1.4 GiB to load; the address-space limit "
+                                  "(ulimit -v) leaves ")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_memory_running_out_mid_command_is_one_line(capsys, monkeypatch) -> None:
+    def exhausted(args) -> None:  # type: ignore[no-untyped-def]
+        raise MemoryError
+
+    monkeypatch.setattr("experiments.cli.cmd_list", exhausted)
+    code, out, err = run(capsys, "list", "models")
+    assert code == 2 and out == ""
+    assert err == ("placelab: error: out of memory: expected the run to fit in the memory "
+                   "this process may use (see ulimit -v), got MemoryError\n")
+
+
+def test_a_reader_closing_the_pipe_ends_the_command_quietly() -> None:
+    import os
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line: every write fails (EPIPE)
+    try:
+        proc = _placelab("list", "models", stdout=write)
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and proc.stderr == ""
