@@ -180,10 +180,16 @@ def _add_hw_commands(sub: Any) -> None:
     p.set_defaults(func=cmd_hw_remove)
 
 
+def _add_source(p: argparse.ArgumentParser) -> None:
+    """--model or --graph, never both (the one not used would be ignored)."""
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--model", help="zoo model name")
+    what.add_argument("--graph", help="graph JSON file (Graph.to_json)")
+
+
 def _add_run_commands(sub: Any) -> None:
     p = sub.add_parser("simulate", help="place one graph with one policy and simulate it")
-    p.add_argument("--model", help="zoo model name")
-    p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
+    _add_source(p)
     p.add_argument("--cluster", required=True)
     p.add_argument("--policy", help="placement policy NAME[:k=v,...] (not with --pp)")
     p.add_argument("--cost", default="roofline",
@@ -223,8 +229,7 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("run", help="run a plan for real and print it beside the simulator's "
                        "prediction")
-    p.add_argument("--model", help="zoo model name")
-    p.add_argument("--graph", help="graph JSON file (Graph.to_json)")
+    _add_source(p)
     p.add_argument("--policy", required=True)
     p.add_argument("--devices", type=_positive_int, default=1,
                    help="logical devices (cpu, torch: shares of this machine's cores; gpu, "
@@ -309,10 +314,22 @@ def _one_line_warning(message: Warning | str, category: type[Warning], filename:
     sys.stderr.write(f"placelab: warning: {message}\n")
 
 
+def _refuse_empty(argv: Sequence[str]) -> None:
+    """An empty value (``--out ''``) names nothing: refused, never read as "not given"."""
+    for i, token in enumerate(argv):
+        flag, eq, value = token.partition("=")
+        if token == "" or (flag.startswith("--") and eq and not value):
+            name = flag if token else (argv[i - 1] if i and argv[i - 1].startswith("-")
+                                       else f"argument {i + 1}")
+            raise PlacelabError(f"{name}: expected a value, got ''")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``placelab`` console script."""
     warnings.showwarning = _one_line_warning
     try:
+        argv = sys.argv[1:] if argv is None else list(argv)
+        _refuse_empty(argv)
         args = build_parser().parse_args(argv)
         check_outputs(args)
         args.func(args)

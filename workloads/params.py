@@ -128,6 +128,8 @@ def parse_spec(spec: str, params: Sequence[Param], *, what: str,
         if not eq or key not in declared:
             raise error(f"{what} {name!r}: expected parameters key=value with keys among "
                         f"{', '.join(declared) or 'none'}, got {item!r}")
+        if key in kwargs:
+            raise error(f"{what} {name!r}: expected each parameter once, got {key} twice")
         kwargs[key] = declared[key].parse(name, text.strip(), what=what, error=error)
     return name, kwargs
 

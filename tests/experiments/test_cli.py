@@ -364,3 +364,23 @@ def test_a_reader_closing_the_pipe_ends_the_command_quietly() -> None:
     finally:
         os.close(write)
     assert proc.returncode == 0 and proc.stderr == ""
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["simulate", "--model", "mlp", "--graph", "g.json", "--cluster", "workstation",
+      "--policy", "heft"], "argument --graph: not allowed with argument --model"),
+    (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft",
+      "--out", ""], "--out: expected a value, got ''"),
+    (["compare", "--model", "mlp", "--cluster", "workstation", "--policies", "heft",
+      "--out="], "--out: expected a value, got ''"),
+    (["model", "show", ""], "argument 3: expected a value, got ''"),
+])
+def test_an_ignored_or_empty_argument_is_refused(capsys, tmp_path, monkeypatch, argv,
+                                                 message) -> None:
+    monkeypatch.chdir(tmp_path)
+    try:
+        code, out, err = run(capsys, *argv)
+    except SystemExit as stop:  # argparse's own refusals
+        code, (out, err) = int(stop.code or 0), capsys.readouterr()
+    assert code == 2 and out == "" and message in err
+    assert len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []

@@ -199,6 +199,9 @@ def test_policies_take_parameters_by_name() -> None:
     with pytest.raises(PlacementError, match=r"policy 'random': expected parameters key=value "
                                              r"with keys among seed, got 'sede=3'"):
         make_policy("random:sede=3")
+    with pytest.raises(PlacementError, match=r"^policy 'random': expected each parameter "
+                                             r"once, got seed twice$"):
+        make_policy("random:seed=1,seed=2")  # not the last one silently
     with pytest.raises(PlacementError, match=r"policy 'optimal': node_limit must be an int "
                                              r">= 1, got '1.5'"):
         make_policy("optimal:node_limit=1.5")
