@@ -96,28 +96,38 @@ def _load_user_catalog() -> None:
     parsed = _parse_user_files(sorted(p for p in user.glob("*.toml") if p.is_file()))
     usable = []
     for item in parsed:
-        taken = [n for n in item.devices if n in _DEVICES]
-        if taken:
-            _skip(item.path, HardwareSpecError(f"device {taken[0]!r} is already registered "
-                                               f"(from {source_of('device', taken[0])})"))
+        try:
+            _check_new(item.devices, "device")
+        except PlacelabError as err:
+            _skip(item.path, err)
             continue
         _add(HardwareFile(item.devices), str(item.path))
         usable.append(item)
     for item in usable:
         try:
             clusters = build_clusters(item.doc, str(item.path), get_device)
-            _check_new(clusters, _CLUSTERS, "cluster")
+            _check_new(clusters, "cluster")
         except PlacelabError as err:
             _skip(item.path, err)
             continue
         _add(HardwareFile(clusters=clusters), str(item.path))
 
 
-def _check_new(names: dict[str, Any], known: dict[str, Any], kind: str) -> None:
-    for name in names:
+def _check_new(names: dict[str, Any], kind: str, where: str = "") -> None:
+    try:
+        for name in names:
+            _check_free(kind, name)
+    except HardwareSpecError as err:
+        raise HardwareSpecError(f"{where}{err}") from None
+
+
+def _check_free(kind: str, name: str) -> None:
+    """Devices and clusters share one namespace: ``hw show NAME`` and ``hw remove NAME``
+    must find one thing."""
+    for taken, known in (("device", _DEVICES), ("cluster", _CLUSTERS)):
         if name in known:
-            raise HardwareSpecError(f"{kind} {name!r} is already registered (from "
-                                    f"{source_of(kind, name)})")
+            what = "is already registered" if taken == kind else f"names a {taken} already"
+            raise HardwareSpecError(f"{kind} {name!r} {what} (from {source_of(taken, name)})")
 
 
 def _add(hw: HardwareFile, source: str) -> None:
@@ -138,16 +148,14 @@ def source_of(kind: str, name: str) -> str:
 def register_device(device: Device) -> None:
     """Make ``device`` known by its name; a name already taken is an error."""
     _ensure_catalog()
-    if device.name in _DEVICES:
-        raise HardwareSpecError(f"device {device.name!r} is already registered")
+    _check_free("device", device.name)
     _DEVICES[device.name] = device
 
 
 def register_cluster(cluster: Cluster) -> None:
     """Make ``cluster`` known by its name; a name already taken is an error."""
     _ensure_catalog()
-    if cluster.name in _CLUSTERS:
-        raise HardwareSpecError(f"cluster {cluster.name!r} is already registered")
+    _check_free("cluster", cluster.name)
     _CLUSTERS[cluster.name] = cluster
 
 
@@ -186,13 +194,17 @@ def _load_new(path: str | Path, text: str) -> HardwareFile:
     _ensure_catalog()
     doc = parse(text, source=str(path))
     devices = build_devices(doc, str(path))
-    _check_new(devices, _DEVICES, "device")
+    _check_new(devices, "device", where=f"{path}: ")
 
     def resolve(model: str) -> Device:
         return devices[model] if model in devices else get_device(model)
 
     clusters = build_clusters(doc, str(path), resolve)
-    _check_new(clusters, _CLUSTERS, "cluster")
+    _check_new(clusters, "cluster", where=f"{path}: ")
+    both = sorted(set(devices) & set(clusters))
+    if both:
+        raise HardwareSpecError(f"{path}: cluster {both[0]!r}: expected a name no device "
+                                f"has, got the name of a device of the same file")
     if not devices and not clusters:
         raise HardwareSpecError(f"{path}: expected [[device]] or [[cluster]] tables, got none")
     return HardwareFile(devices, clusters)

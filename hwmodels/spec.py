@@ -21,6 +21,7 @@ import networkx as nx
 
 from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 from workloads.errors import HardwareSpecError, UnsupportedOp
+from workloads.names import check_name
 
 __all__ = ["DEVICE_KINDS", "GPU_ARCHITECTURES", "Cluster", "Device", "Efficiency", "GpuSpec",
            "Hop", "Link"]
@@ -184,9 +185,8 @@ class Device:
     gpu: GpuSpec | None = None
 
     def __post_init__(self) -> None:
+        check_name("device", self.name, HardwareSpecError)
         owner = f"device {self.name!r}"
-        if not self.name:
-            raise HardwareSpecError("device: name must be a non-empty string, got ''")
         if self.kind not in DEVICE_KINDS:
             raise _fail(owner, f"kind must be one of {', '.join(DEVICE_KINDS)}, "
                                f"got {self.kind!r}")
@@ -198,6 +198,10 @@ class Device:
                                    f"got {dtype!r}")
             _check_positive(owner, f"peak.{dtype}", rate)
         _check_positive(owner, "memory_bytes", self.memory_bytes)
+        if not float(self.memory_bytes).is_integer():
+            raise _fail(owner, f"memory_bytes must be a whole number of bytes, got "
+                               f"{self.memory_bytes!r}")
+        object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
         _check_positive(owner, "memory_bandwidth", self.memory_bandwidth)
         _check_positive(owner, "launch_overhead_s", self.launch_overhead_s, allow_zero=True)
         for name, most in (("compute_streams", MAX_STREAMS), ("copy_engines", MAX_COPY_ENGINES)):
@@ -346,6 +350,7 @@ class Cluster:
                           self.description, dict(self.host_slowdown)))
 
     def _validate(self) -> None:
+        check_name("cluster", self.name, HardwareSpecError)
         owner = f"cluster {self.name!r}"
         if not self.devices:
             raise _fail(owner, "devices must list at least one device, got none")

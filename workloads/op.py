@@ -14,6 +14,7 @@ from typing import Any
 from workloads.dtypes import OP_CLASSES, dtype_bytes
 from workloads.errors import GraphError
 from workloads.kinds import OP_KINDS
+from workloads.names import check_name
 
 __all__ = ["Op", "Tensor", "window_work"]
 
@@ -113,8 +114,8 @@ class Op:
         self._validate()
 
     def _validate(self) -> None:
-        if not self.name:
-            raise GraphError("op: name must be a non-empty string, got ''")
+        if type(self.name) is not str or not self.name.isprintable() or not self.name:
+            check_name("op", self.name, GraphError)
         if self.kind not in OP_KINDS:
             raise GraphError(f"op {self.name!r}: kind must be a known op kind (see "
                              f"workloads.kinds.OP_KINDS), got {self.kind!r}")
@@ -135,6 +136,9 @@ class Op:
                     or not 0 <= value <= INT64_MAX):  # NaN fails the comparison too
                 raise GraphError(f"op {self.name!r}: {name} must be a finite number in "
                                  f"[0, 2**63), got {value!r}")
+            if not float(value).is_integer():
+                raise GraphError(f"op {self.name!r}: {name} must be a whole number (a count "
+                                 f"of FLOPs, bytes or parameters), got {value!r}")
             object.__setattr__(self, name, int(value))  # counts: FLOPs and bytes are whole
 
     @property

@@ -108,6 +108,12 @@ def test_hw_register_is_seen_by_later_commands(tmp_path: Path) -> None:
     (('kind = "npu"\n', ""), "device[0].kind: expected a value (the field is required), got "
                              "nothing"),
     (('model = "epyc-7763"', 'model = "epyc-9999"'), "unknown device 'epyc-9999'"),
+    (("x-npu", "workstation"), "device 'workstation' names a cluster already (from builtin)"),
+    (('name = "x-box"', 'name = "l4"'), "cluster 'l4' names a device already (from builtin)"),
+    (('name = "x-box"', 'name = "x-npu"'), "cluster 'x-npu': expected a name no device has, "
+                                          "got the name of a device of the same file"),
+    (('name = "x-npu"', 'name = "x\\tnpu"'), "name must be a non-empty string of printable "
+                                             "characters, got 'x\\tnpu'"),
 ])
 def test_hw_register_refuses_bad_files_and_stores_nothing(tmp_path: Path, edit,
                                                           message: str) -> None:

@@ -80,6 +80,29 @@ def test_cluster_errors() -> None:
 def test_duplicate_device_registration_is_refused() -> None:
     with pytest.raises(HardwareSpecError, match="device 'l4' is already registered"):
         register_device(get_device("l4"))
+    with pytest.raises(HardwareSpecError, match=r"^device 'workstation' names a cluster "
+                                                r"already \(from builtin\)$"):
+        register_device(get_device("l4").instance("workstation"))
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("name", 5, "device: name must be a string, got 5"),
+    ("name", "a\nb", "device: name must be a non-empty string of printable characters, got "
+                     "'a\\nb'"),
+    ("memory_bytes", 1.5, "device 'd': memory_bytes must be a whole number of bytes, got 1.5"),
+])
+def test_a_device_of_the_wrong_type_is_refused(field: str, value: object,
+                                               message: str) -> None:
+    args = {"name": "d", "kind": "cpu", "peak": {"fp32": 1e9}, "memory_bytes": 2**30,
+            "memory_bandwidth": 1e9, field: value}
+    with pytest.raises(HardwareSpecError) as err:
+        Device(**args)  # type: ignore[arg-type]
+    assert str(err.value) == message
+
+
+def test_memory_given_as_a_whole_float_is_stored_as_an_int() -> None:
+    d = Device("d", "cpu", {"fp32": 1e9}, 16e9, 1e9)  # type: ignore[arg-type]
+    assert d.memory_bytes == 16 * 10**9 and type(d.memory_bytes) is int
 
 
 def test_roofline_closed_form() -> None:

@@ -70,6 +70,15 @@ def test_bad_fields_name_the_op_and_value() -> None:
         Tensor("t", (2, 0))
     with pytest.raises(GraphError, match=r"dtype must be one of .* got 'fp13'"):
         Tensor("t", (2,), "fp13")
+    with pytest.raises(GraphError, match=r"^op 'a': param_bytes must be a whole number \(a "
+                                         r"count of FLOPs, bytes or parameters\), got 1\.5$"):
+        Op("a", "relu", "elementwise", param_bytes=1.5)  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=r"^op: name must be a string, got 5$"):
+        Op(5, "relu", "elementwise")  # type: ignore[arg-type]
+    with pytest.raises(GraphError, match=r"^op: name must be a non-empty string of printable "
+                                         r"characters, got 'a\\nb'$"):
+        Op("a\nb", "relu", "elementwise")
+    assert Op("a", "relu", "elementwise", flops=2e9).flops == 2 * 10**9  # a whole float
 
 
 def test_networkx_view_carries_edge_bytes() -> None:
