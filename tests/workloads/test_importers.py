@@ -443,3 +443,101 @@ def test_onnx_shape_arithmetic_folds_once_dimensions_are_bound(tmp_path: Path) -
     assert [op.kind for op in small] == ["input", "reshape", "linear"]
     assert small.op("reshape").output.shape == (2, 36)
     assert large.flops == 4 * small.flops == 4 * 2 * 2 * 5 * 36
+
+
+def _relu_model(tmp_path: Path, elem_type: int = 1, shape: tuple[int, ...] = (2, 8),
+                node_name: str = "relu", opset: int | None = None,
+                op_type: str = "Relu") -> Path:
+    from onnx import helper
+
+    x = helper.make_tensor_value_info("x", elem_type, list(shape))
+    y = helper.make_tensor_value_info("y", elem_type, list(shape))
+    graph = helper.make_graph([helper.make_node(op_type, ["x"], ["y"], name=node_name)],
+                              "g", [x], [y])
+    model = (helper.make_model(graph) if opset is None else
+             helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]))
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_tensor_of_no_fixed_width_is_refused_not_read_as_fp32(tmp_path: Path) -> None:
+    from onnx import TensorProto
+
+    from workloads.importers import import_onnx
+
+    path = _relu_model(tmp_path, TensorProto.STRING, op_type="Identity")
+    with pytest.raises(GraphError, match=r"tensor 'x': element type must be a number type of "
+                                         r"8, 16, 32 or 64 bits .* got STRING$"):
+        import_onnx(path)
+    wide = _relu_model(tmp_path, TensorProto.UINT64, op_type="Identity")
+    assert import_onnx(wide).op("relu").output.dtype == "int64"  # the same width
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(GraphError, match=rf"opset_import: expected ai\.onnx opset at most "
+                                         rf"{newest} \(the installed onnx .*\), got 99$"):
+        import_onnx(_relu_model(tmp_path, opset=99))
+
+
+def test_a_zero_dimension_is_imported_as_one_element_with_a_warning(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    with pytest.warns(UserWarning, match=r"2 tensor\(s\) with a zero dimension imported as "
+                                         r"one element: 'x', 'y'"):
+        g = import_onnx(_relu_model(tmp_path, shape=(0, 8)))
+    assert g.op("relu").output.shape == (1, 8)
+
+
+def test_a_node_named_like_a_graph_input_keeps_both(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    g = import_onnx(_relu_model(tmp_path, node_name="x"))  # valid ONNX: names are apart
+    assert [op.name for op in g.ops] == ["x", "x_0"]
+    assert g.op("x_0").kind == "relu" and g.op("x_0").inputs == ("x",)
+
+
+def test_a_convolution_weight_computed_at_run_time_is_counted(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
+    from onnx import TensorProto, helper
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from workloads.importers import import_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 10, 10])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [4, 8, 3, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 8, 8])
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g", [x, w], [y]))
+    path = tmp_path / "conv.onnx"
+    onnx.save(model, str(path))
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.functional.conv2d(torch.zeros(2, 8, 10, 10), torch.zeros(4, 8, 3, 3))
+    assert import_onnx(path).op("conv").flops == counter.get_total_flops() > 0
+
+
+def test_weights_stored_beside_the_model_load_from_any_folder(tmp_path: Path,
+                                                              monkeypatch) -> None:
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from workloads.importers import import_onnx
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 32])
+    weight = numpy_helper.from_array(np.ones((64, 32), np.float32), "W")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "g", [x], [y], [weight]))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    onnx.save(model, str(folder / "m.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="m.onnx.data", size_threshold=0)
+    assert (folder / "m.onnx.data").stat().st_size == 64 * 32 * 4
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    g = import_onnx(folder / "m.onnx")
+    assert g.params == 64 * 32 and g.op("mm").flops == 2 * 2 * 32 * 64

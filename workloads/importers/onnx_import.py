@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +26,11 @@ from workloads.importers.onnx_fold import fold_constants
 
 __all__ = ["import_onnx"]
 
+#: ONNX element types by the IR dtype of their width (unsigned as signed, the FP8 variants
+#: as fp8); the others (strings, complex, 16-bit and sub-byte integers) are refused.
 _DTYPES = {1: "fp32", 2: "int8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "fp16",
-           11: "fp64", 16: "bf16"}
+           11: "fp64", 12: "int32", 13: "int64", 16: "bf16", 17: "fp8", 18: "fp8", 19: "fp8",
+           20: "fp8", 24: "fp8"}
 _FLOAT = {"fp32", "fp16", "bf16", "fp64"}
 
 
@@ -40,6 +43,9 @@ class _Node:
     consts: list[tuple[int, Tensor]]  # (input position, constant) pairs
     outputs: list[Tensor]
     attrs: dict[str, Any]
+    #: every input with a shape by its position, constant or computed at run time (a
+    #: convolution's weight may be either)
+    at: dict[int, Tensor] = field(default_factory=dict)
 
 
 def _numel(t: Tensor) -> int:
@@ -47,10 +53,9 @@ def _numel(t: Tensor) -> int:
 
 
 def _conv(n: _Node) -> tuple[str, str, int]:
-    out = n.outputs[0]
-    weight = next(t for i, t in n.consts if i == 1) if n.consts else None
+    out, weight = n.outputs[0], n.at.get(1)
     per_out = _numel(weight) // weight.shape[0] if weight else 0
-    bias = _numel(out) if any(i == 2 for i, _ in n.consts) else 0
+    bias = _numel(out) if 2 in n.at else 0
     return "conv2d", "conv", 2 * _numel(out) * per_out + bias
 
 
@@ -90,10 +95,9 @@ def _fixed(kind: str, op_class: str, per_element: int) -> Callable[[_Node], tupl
 def _conv_transpose(n: _Node) -> tuple[str, str, int]:
     """Each input element is scattered through the kernel to every output channel of its
     group: ``2 * numel(x) * (C_out / groups) * prod(kernel)``, plus the bias."""
-    x, out = n.inputs[0], n.outputs[0]
-    weight = next(t for i, t in n.consts if i == 1) if n.consts else None
+    x, out, weight = n.inputs[0], n.outputs[0], n.at.get(1)
     per_in = _numel(weight) // weight.shape[0] if weight else 0  # (C_in, C_out/g, kh, kw)
-    bias = _numel(out) if any(i == 2 for i, _ in n.consts) else 0
+    bias = _numel(out) if 2 in n.at else 0
     return "conv_transpose2d", "conv", 2 * _numel(x) * per_in + bias
 
 
@@ -176,9 +180,17 @@ def _load(path: str | Path) -> Any:
         raise GraphError(f"{path}: expected an ONNX model, got an empty file")
     try:
         model = onnx.load_from_string(data)
+        # weights stored beside the model (what torch.onnx.export(dynamo=True) writes) are
+        # found relative to the model's folder, not the working directory
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(Path(path).parent))
+        _check_opset(model, path)
         # The checker with full shape inference refuses inconsistent models (a MatMul of
         # incompatible shapes), which would otherwise import as wrong numbers.
         onnx.checker.check_model(model, full_check=True)
+    except GraphError:
+        raise
     except Exception as err:  # protobuf and checker errors have no common base
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise GraphError(f"{path}: expected a valid ONNX model, got {type(err).__name__}: "
@@ -186,6 +198,17 @@ def _load(path: str | Path) -> Any:
     if not model.graph.node:
         raise GraphError(f"{path}: expected an ONNX model with at least one node, got none")
     return model
+
+
+def _check_opset(model: Any, path: str | Path) -> None:
+    """An operator set newer than the installed onnx knows would be read by older rules."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and entry.version > newest:
+            raise GraphError(f"{path}: opset_import: expected ai.onnx opset at most {newest} "
+                             f"(the installed onnx {onnx.__version__}), got {entry.version}")
 
 
 #: The largest value a symbolic input dimension is bound to: far past any real input, and
@@ -235,6 +258,7 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
 
 def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
+    empty: list[str] = []
     infos = [*model.graph.input, *model.graph.value_info, *model.graph.output]
     for info in infos:
         tt = info.type.tensor_type
@@ -248,12 +272,33 @@ def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
                                  f"unknown; expected it bound ({hint}, or --batch for a "
                                  f"symbolic batch dimension)")
         dims = [d.dim_value for d in tt.shape.dim]
-        dtype = _DTYPES.get(tt.elem_type, "fp32")
-        out[info.name] = Tensor(info.name, tuple(max(int(d), 1) for d in dims) or (1,), dtype)
+        if 0 in dims:
+            empty.append(info.name)
+        out[info.name] = Tensor(info.name, tuple(max(int(d), 1) for d in dims) or (1,),
+                                _dtype(tt.elem_type, info.name, path))
     for init in model.graph.initializer:
         out[init.name] = Tensor(init.name, tuple(max(int(d), 1) for d in init.dims) or (1,),
-                                _DTYPES.get(init.data_type, "fp32"))
+                                _dtype(init.data_type, init.name, path))
+    if empty:
+        # the IR has no empty tensor: such a tensor moves one element and costs next to
+        # nothing, which is what an empty one costs
+        warnings.warn(f"{path}: {len(empty)} tensor(s) with a zero dimension imported as one "
+                      f"element: {', '.join(repr(n) for n in empty[:5])}"
+                      + (", ..." if len(empty) > 5 else ""), stacklevel=4)
     return out
+
+
+def _dtype(elem_type: int, name: str, path: str | Path) -> str:
+    try:
+        return _DTYPES[elem_type]
+    except KeyError:
+        import onnx
+
+        kind = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+            onnx.TensorProto.DataType.values() else str(elem_type)
+        raise GraphError(f"{path}: tensor {name!r}: element type must be a number type of "
+                         f"8, 16, 32 or 64 bits (FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, "
+                         f"INT32, INT64, BOOL, ...), got {kind}") from None
 
 
 def import_onnx(path: str | Path, *, batch: int | None = None,
@@ -284,13 +329,15 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
                           outputs=(_renamed(types[inp.name]),)))
     unknown: dict[str, int] = {}
     owners: dict[str, str] = {}
+    taken = {op.name for op in ops}
     for i, node in enumerate(model.graph.node):
         live = [t for t in node.input if t and t not in consts]
         if not live or node.op_type in _SHAPE_OF:
             # computed from constants, or from shapes, which are known by now: fold
             consts.update(o for o in node.output if o)
             continue
-        op = _op(node, i, types, consts, owners, unknown, path, values, (sources, sizes))
+        name = _free_name(node.name or f"{node.op_type}_{i}", i, taken)
+        op = _op(node, name, types, consts, owners, unknown, path, values, (sources, sizes))
         if op is not None:
             ops.append(op)
     if unknown:
@@ -323,13 +370,21 @@ def _renamed(t: Tensor) -> Tensor:
     return Tensor(_safe(t.name), t.shape, t.dtype)
 
 
-def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
+def _free_name(name: str, index: int, taken: set[str]) -> str:
+    """``name``, or where a graph input or an earlier node has it (valid ONNX: node names
+    and tensor names are apart, and node names need not be unique), ``name_index``."""
+    while name in taken:
+        name = f"{name}_{index}"
+    taken.add(name)
+    return name
+
+
+def _op(node: Any, name: str, types: dict[str, Tensor], consts: set[str],
         owners: dict[str, str], unknown: dict[str, int], path: str | Path,
         values: dict[str, Any],
         folded: tuple[dict[str, tuple[str, ...]], dict[str, int]] = ({}, {})) -> Op | None:
     import onnx
 
-    name = node.name or f"{node.op_type}_{index}"
     outputs = [types[o] for o in node.output if o and o in types]
     if not outputs:
         raise GraphError(f"{path}: op {name!r} ({node.op_type}): shape inference gave no "
@@ -344,7 +399,8 @@ def _op(node: Any, index: int, types: dict[str, Tensor], consts: set[str],
     attrs = {k: v.decode("utf-8", "replace") if isinstance(v, bytes) else v  # mode, direction
              for k, v in attrs.items()}
     attrs = {k: v for k, v in attrs.items() if isinstance(v, int | float | str | list)}
-    n = _Node(node.op_type, [types[t] for t in dyn], const_in, outputs, attrs)
+    n = _Node(node.op_type, [types[t] for t in dyn], const_in, outputs, attrs,
+              {k: types[t] for k, t in enumerate(node.input) if t and t in types})
     params = buffers = 0
     shares = None
     sources, sizes = folded
