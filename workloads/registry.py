@@ -121,7 +121,9 @@ class Registry(Generic[T]):
         where = f"{self.what} plug-in {ep.name!r} ({ep.value}) of distribution {dist!r}"
         try:
             item = ep.load()
-        except Exception as err:  # a broken plug-in names itself and spoils nothing else
+        # A broken plug-in names itself and spoils nothing else: one that calls sys.exit
+        # on import must not end the command that happened to list it.
+        except (Exception, SystemExit) as err:
             warnings.warn(f"{where} failed to load and is skipped: "
                           f"{type(err).__name__}: {err}", PluginWarning, stacklevel=4)
             return

@@ -107,15 +107,17 @@ def test_plugins_load_through_entry_points_and_a_broken_one_spoils_nothing(
     assert "fake_plugins" in sys.modules
 
 
+@pytest.mark.parametrize("broken", ["raise ImportError('x')", "raise SystemExit(0)",
+                                    "import sys; sys.exit('bye')"])
 def test_the_cli_lists_entry_point_policies_and_warns_once_about_a_broken_one(
-        tmp_path) -> None:
+        tmp_path, broken: str) -> None:
     import os
     import subprocess
     import sys
     from pathlib import Path
 
     _fake_distribution(tmp_path, "placelab_fake_plugins", PLUGINS,
-                       {"fake_plugins": PLUGIN_SOURCE, "fake_broken": "raise ImportError('x')"})
+                       {"fake_plugins": PLUGIN_SOURCE, "fake_broken": broken})
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root)])}
     done = subprocess.run([sys.executable, "-m", "experiments.cli", "list", "policies"],
