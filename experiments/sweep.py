@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import sys
+import time
 import tomllib
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
@@ -107,7 +108,8 @@ class Experiment:
             yield from map(run_one, todo)
         else:
             n = min(workers or os.cpu_count() or 1, len(todo))
-            with ProcessPoolExecutor(max_workers=n) as pool:
+            with ProcessPoolExecutor(max_workers=n, initializer=exit_with_parent,
+                                     initargs=(os.getpid(),)) as pool:
                 yield from _drain(pool, todo, n)
 
     def _store(self, row: dict[str, Any]) -> None:
@@ -116,6 +118,27 @@ class Experiment:
 
             write_text_atomic(self.out / "cells" / f"{row['spec_hash']}.json",
                               json.dumps(row, sort_keys=True))
+
+
+def exit_with_parent(pid: int, every_s: float = 1.0) -> None:
+    """Run in each pool worker: a watcher thread ends the worker once process ``pid`` (the
+    one that started the pool) is gone. A parent killed outright (the out-of-memory killer,
+    ``kill -9``) runs no clean-up, and its workers would otherwise live on for good."""
+    import threading
+
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)  # by pid and start time: a reused pid is not the parent
+    except psutil.NoSuchProcess:
+        os._exit(1)
+
+    def watch() -> None:
+        while parent.is_running():
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _drain(executor: Executor, todo: list[RunSpec], workers: int) -> Iterator[dict[str, Any]]:

@@ -33,6 +33,7 @@ waits for, bubbles). Writes ``parallel_scaling.parquet`` and ``parallel_scaling.
 from __future__ import annotations
 
 import argparse
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from typing import Any
 import pandas as pd
 
 from experiments.results import write_results
+from experiments.sweep import exit_with_parent
 from hwmodels import get_cluster, make_cost_model
 from policies.tensor_parallel import parallelize
 from sim import simulate
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.workers == 1:
         rows = [run(*cell) for cell in cells]
     else:
-        with ProcessPoolExecutor(args.workers) as pool:
+        with ProcessPoolExecutor(args.workers, initializer=exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             rows = list(pool.map(run, *zip(*cells, strict=True)))
     df = with_efficiency(pd.DataFrame(rows))
     write_results(df, out / "parallel_scaling.parquet")

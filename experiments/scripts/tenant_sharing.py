@@ -18,6 +18,7 @@ many jobs failed for lack of memory. Writes ``tenant_sharing.parquet`` and
 from __future__ import annotations
 
 import argparse
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.results import write_results
+from experiments.sweep import exit_with_parent
 from experiments.tenants import JobEntry, Stream, Workload, build_jobs, stream_jobs
 from hwmodels import get_cluster, make_cost_model
 from sim import simulate_jobs
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     if args.workers == 1:
         done = [runs(*cell) for cell in cells]
     else:
-        with ProcessPoolExecutor(args.workers) as pool:
+        with ProcessPoolExecutor(args.workers, initializer=exit_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             done = list(pool.map(runs, *zip(*cells, strict=True)))
     df = pd.DataFrame([row for rows in done for row in rows])
     write_results(df, out / "tenant_sharing.parquet")

@@ -234,3 +234,28 @@ def test_a_short_sweep_prints_its_table_with_every_reason(tmp_path, capsys) -> N
     text = capsys.readouterr().out
     assert "infeasible:" in text and "out of memory on device" in text
     assert "the MILP is limited to max_ops=30" in text
+
+
+def test_a_sweep_killed_outright_leaves_no_worker_behind(tmp_path) -> None:
+    import signal
+    import time
+
+    import psutil
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('models = ["mlp", "lenet5"]\nclusters = ["workstation", "dgx1-v100"]\n'
+                    'policies = ["heft", "m_etf", "m_topo", "round_robin", "random"]\n'
+                    'train = [false, true]\nseeds = [0, 1, 2, 3, 4, 5, 6, 7]\n')
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.cli", "sweep", str(spec),
+                             "--out", str(tmp_path / "run"), "--workers", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent, deadline = psutil.Process(proc.pid), time.monotonic() + 60
+    while len(workers := parent.children(recursive=True)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(workers) >= 2
+    proc.send_signal(signal.SIGKILL)  # no clean-up runs: the workers must see it themselves
+    proc.wait()
+    _, alive = psutil.wait_procs(workers, timeout=30)
+    for p in alive:
+        p.kill()
+    assert alive == [], [p.pid for p in alive]
