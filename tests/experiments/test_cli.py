@@ -137,12 +137,32 @@ def test_list_json(capsys) -> None:
     assert code == 0 and "heft" in json.loads(out)["policies"]
 
 
-def test_demo_writes_its_outputs(capsys, tmp_path) -> None:
+def test_demo_writes_its_outputs_together_with_a_manifest(capsys, tmp_path,
+                                                          monkeypatch) -> None:
+    import hashlib
+
+    (tmp_path / "trace-gpt2-train-older.json").write_text("{}")  # an earlier run's
     code, out, _ = run(capsys, "demo", "--out", str(tmp_path), "--json")
     report = json.loads(out)
     assert code == 0
-    assert (tmp_path / "results.parquet").exists() and (tmp_path / "compare.png").exists()
     assert report["best_policy"] in {r["policy"] for r in report["rows"]}
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    trace = f"trace-gpt2-train-{report['best_policy']}.json"
+    assert sorted(manifest["files"]) == sorted(["results.parquet", "compare.png", trace])
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == digest
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*manifest["files"],
+                                                                 "manifest.json"])
+    before = (tmp_path / "results.parquet").read_bytes()
+
+    def killed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise KeyboardInterrupt  # a run stopped while it writes its files
+
+    monkeypatch.setattr("experiments.demo.plot_compare", killed)
+    assert run(capsys, "demo", "--out", str(tmp_path))[0] == 130
+    assert not (tmp_path / "manifest.json").exists()  # nothing claims the files are one run
+    assert (tmp_path / "results.parquet").read_bytes() == before  # none half-replaced
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".staging")]
 
 
 def test_model_import_json_and_bad_file(capsys, tmp_path) -> None:
