@@ -37,14 +37,19 @@ class MTopo(PlacementPolicy):
         filled = [0] * len(p.devices)  # the even share counts ops' own memory, as Baechi's
         current = 0
 
+        passed: dict[int, str] = {}  # devices m-TOPO has left, and why
+
         def choose(op: int, where: list[int]) -> int:
             nonlocal current
             while current < len(p.devices) and not (
                     np.isfinite(p.times[op, current]) and filled[current] + own[op] <= cap
                     and book.fits(op, current, where)):
+                if filled[current] + own[op] > cap:
+                    passed[current] = (f"its even share, {cap} bytes, was full; m_topo "
+                                       f"never returns to a device it left")
                 current += 1
             if current == len(p.devices):
-                raise book.fail(op)
+                raise book.fail(op, where, passed)
             filled[current] += own[op]
             return current
 
@@ -64,7 +69,8 @@ def _fill(p: Problem, book: MemoryBook, order: list[int],
         if d < 0:
             d = choose(op, where)
         elif not book.fits(op, d, where):
-            raise book.fail(op)
+            raise book.fail(op, where, {other: f"its co-placement group is on {p.devices[d]}"
+                                        for other in range(len(p.devices)) if other != d})
         book.commit(op, d, where)
         where[op] = d
         pins.fix(op, d, where)
@@ -111,4 +117,4 @@ class MTopoSpeed(PlacementPolicy):
         for d in range(n_dev):  # earlier devices with room left
             if np.isfinite(p.times[op, d]) and book.fits(op, d, where):
                 return d
-        raise book.fail(op)
+        raise book.fail(op, where)

@@ -18,6 +18,7 @@ group's memory.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -252,15 +253,28 @@ class MemoryBook:
             if where[src] != d and (g < 0 or p.group[src] != g):
                 self.received.add((tensor, d))
 
-    def fail(self, op: int) -> OutOfMemory:
-        return out_of_memory(self.p, self.policy, op, self.p.op_memory[op], self.used)
+    def fail(self, op: int, where: list[int] | None = None,
+             passed: Mapping[int, str] | None = None) -> OutOfMemory:
+        """:func:`out_of_memory` for ``op``, saying per device what stops it: no room
+        for what it brings there (its group, inputs from elsewhere; with ``where``), no
+        way to run it, or the policy's own rule (``passed``: device -> why)."""
+        p, why = self.p, dict(passed or {})
+        for d in range(len(p.devices)):
+            if not np.isfinite(p.times[op, d]):
+                why[d] = "cannot run it"
+            elif where is not None and (need := self.need(op, d, where)) != p.op_memory[op] \
+                    and not self.fits(op, d, where):
+                why[d] = f"needs {need} with its group and inputs"
+        return out_of_memory(p, self.policy, op, p.op_memory[op], self.used, why)
 
 
-def out_of_memory(p: Problem, policy: str, op: int, needs: int, used: list[int]
-                  ) -> OutOfMemory:
-    """The error a memory-aware policy raises when ``op`` fits on no device."""
-    free = ", ".join(f"{name} {cap - u}" for name, cap, u in
-                     zip(p.devices, p.capacity, used, strict=True))
+def out_of_memory(p: Problem, policy: str, op: int, needs: int, used: list[int],
+                  why: Mapping[int, str] | None = None) -> OutOfMemory:
+    """The error a memory-aware policy raises when ``op`` fits on no device: each
+    device's free bytes, and where it is not the memory alone, what else stops it."""
+    free = ", ".join(f"{name} {cap - u}" + (f" ({(why or {})[d]})" if d in (why or {}) else "")
+                     for d, (name, cap, u) in enumerate(zip(p.devices, p.capacity, used,
+                                                            strict=True)))
     return OutOfMemory(f"policy {policy!r}: op {p.names[op]!r} needs {needs} bytes and "
                        f"fits on no device (bytes free: {free})")
 

@@ -209,3 +209,19 @@ def test_a_group_goes_where_its_later_ops_fit_too_or_else_where_it_fits() -> Non
     p = plan(g, tight, "m_etf", FixedCost(tight, default=1.0))
     assert set(p.placement.values()) == {"d0"}
     assert p.info["budget_peak_bytes"]["d0"] == 2000
+
+
+def test_m_topo_says_what_stops_an_op_beyond_the_free_bytes() -> None:
+    # The demo's GPT-2 step on the workstation: the CPU has 206 GB free, yet m-TOPO has
+    # left it (its even share was full) and the GPU lacks room for the op with its inputs.
+    from hwmodels.registry import get_cluster
+    from workloads.training import training_graph
+    from workloads.zoo import build_model
+
+    step = training_graph(build_model("gpt2_small", batch=12), "adam")
+    with pytest.raises(PlacementError, match=r"op 'h10\.attn\.scores' needs 603979776 bytes "
+                                             r"and fits on no device \(bytes free: cpu0 \d+ "
+                                             r"\(its even share, \d+ bytes, was full; m_topo "
+                                             r"never returns to a device it left\), gpu0 "
+                                             r"\d+ \(needs \d+ with its group and inputs\)\)"):
+        plan(step, get_cluster("workstation"), "m_topo")
