@@ -12,8 +12,9 @@ gradients of the op's outputs (summing contributions of several readers), the op
 tensor; it writes a gradient for each input that needs one and, for an op with weights, a
 flat weight gradient. FLOPs: matmul and convolution pay the forward FLOPs once per gradient they
 compute, each activation operand's and the weights' (so a step costs about three forwards,
-and a product of two activations such as attention's Q.K^T pays twice); other classes pay
-the forward FLOPs once. Each weight gets an update op that reads its gradient(s) and the
+and a product of two activations such as attention's Q.K^T pays twice; fused attention,
+both of its products in one op, twice its forward); other classes pay the forward FLOPs
+once. Each weight gets an update op that reads its gradient(s) and the
 weights it updates in place, and holds the optimizer's state as resident bytes. Weights
 shared across ops (``attrs["shares"]``) collect every user's gradient in the owner's
 update.
@@ -114,8 +115,15 @@ def _backward(forward: Graph, op: Op, grads_in: list[str], at: list[int], needs:
         outs.append(Tensor(f"{op.name}.wgrad", (weights[1],), op.dtype))
     dense = op.op_class in ("matmul", "conv")
     # A dense op pays its forward FLOPs once per gradient it computes: each activation
-    # operand's (both of Q.K^T's) and the weights'.
-    flops = op.flops * (len(grad_of) + (1 if weights else 0)) if dense else op.flops
+    # operand's (both of Q.K^T's) and the weights'. Fused attention is two products in one
+    # op, Q.K^T and P.V, whose four gradient products come to twice its forward, however
+    # many of q, k and v it has (one tensor in self-attention, three after projections).
+    if op.kind == "attention":
+        flops = 2 * op.flops
+    elif dense:
+        flops = op.flops * (len(grad_of) + (1 if weights else 0))
+    else:
+        flops = op.flops
     weight_bytes = weights[1] * itemsize if weights else 0
     saved = sum(forward.tensor(n).nbytes for n in dict.fromkeys(op.inputs))
     reads = sum(tensors[n].nbytes for n in grads_in) + saved + weight_bytes

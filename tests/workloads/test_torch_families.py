@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
 nn = torch.nn
+F = torch.nn.functional
 
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
@@ -342,3 +343,35 @@ def test_whole_layers_carry_the_settings_a_kernel_needs() -> None:
     again = Graph.from_json(g.to_json())
     assert again.op("conv").attrs["stride"] in ((2, 2), [2, 2])
     assert again.params == g.params
+
+
+class SelfAttend(nn.Module):
+    """Attention of a tensor to itself (q, k and v one tensor), or after projections."""
+
+    def __init__(self, project: bool) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(16, 48) if project else None
+
+    def forward(self, x):  # type: ignore[no-untyped-def]
+        if self.qkv is None:
+            return F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        q, k, v = self.qkv(x).split(16, dim=-1)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("project", [False, True], ids=["qkv-one-tensor", "projected"])
+def test_fused_attentions_backward_is_twice_its_forward_as_torch_counts(project) -> None:  # type: ignore[no-untyped-def]
+    from workloads import training_graph
+
+    x = torch.zeros(2, 64, 16, requires_grad=True)
+    net = SelfAttend(project)
+    step = training_graph(imported(net, x), "sgd")
+    fwd = step.op("scaled_dot_product_attention")
+    back = step.op("scaled_dot_product_attention.backward")
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        q = k = v = x
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        forward_only = counter.get_total_flops()
+        out.sum().backward()
+    assert counter.get_total_flops() - forward_only == 2 * forward_only  # torch's ratio
+    assert back.flops == 2 * fwd.flops
