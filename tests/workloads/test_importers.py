@@ -541,3 +541,53 @@ def test_weights_stored_beside_the_model_load_from_any_folder(tmp_path: Path,
     monkeypatch.chdir(elsewhere)
     g = import_onnx(folder / "m.onnx")
     assert g.params == 64 * 32 and g.op("mm").flops == 2 * 2 * 32 * 64
+
+
+@pytest.mark.parametrize("shape", [(4, 6, 16), (6, 16)], ids=["batched", "unbatched"])
+def test_torch_lstm_projection_and_unbatched_input_match_torchs_counter(shape) -> None:  # type: ignore[no-untyped-def]
+    # An LSTM with proj_size runs unrolled, so torch's counter sees each of its products.
+    torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rnn = torch.nn.LSTM(16, 24, num_layers=2, batch_first=True, proj_size=8)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.rnn(x)[0]
+
+    from workloads.importers import import_torch
+
+    net, x = Net(), torch.zeros(*shape)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rnn = import_torch(net, x).op("rnn")
+        with FlopCounterMode(display=False) as counter:
+            net(x)
+    # torch's own note (projections do not run on oneDNN) and nothing of placelab's
+    assert all("oneDNN" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    steps, batch = (6, 4) if len(shape) == 3 else (6, 1)
+    extras = 2 * steps * batch * 24 * (3 * 4 + 24)  # two layers' sums, biases, gate maths
+    assert counter.get_total_flops() > 0
+    assert rnn.flops == counter.get_total_flops() + extras
+
+
+def test_torch_attention_on_an_unbatched_input_matches_torchs_counter() -> None:
+    torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.att = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.att(x, x, x)[0]
+
+    block, x = Block(), torch.zeros(7, 32)  # (L, E): no batch axis
+    att = _imported(block, x).op("att")
+    with FlopCounterMode(display=False) as counter:
+        block(x)
+    softmax, biases = 5 * 1 * 4 * 7 * 7, 4 * 1 * 7 * 32
+    assert att.flops == counter.get_total_flops() + softmax + biases

@@ -11,21 +11,24 @@ GATE_MATHS = {4: 24, 3: 18, 1: 4}
 
 
 def recurrent_flops(gates: int, *, steps: int, batch: int, input_size: int, hidden: int,
-                    layers: int = 1, directions: int = 1) -> int:
+                    layers: int = 1, directions: int = 1, proj: int = 0) -> int:
     """FLOPs of an LSTM (``gates=4``), GRU (``gates=3``) or plain RNN (``gates=1``, one
     tanh or relu a unit): per step, layer and direction,
-    the input and hidden products (``2 * batch * gates * hidden * (width + hidden)``, as
-    ``torch.utils.flop_counter`` counts matrix products), their sum and two biases
+    the input and hidden products (``2 * batch * gates * hidden * (width + state)``, as
+    ``torch.utils.flop_counter`` counts matrix products; ``state`` is ``hidden``, or an
+    LSTM's ``proj`` when it projects its hidden state, which adds that product,
+    ``2 * batch * hidden * proj``), their sum and two biases
     (``3 * batch * gates * hidden``), and the gate maths.
 
     >>> recurrent_flops(4, steps=1, batch=1, input_size=1, hidden=1)  # 16 + 12 + 24
     52
     """
+    state = proj or hidden
     total = 0
     for layer in range(layers):
-        width = input_size if layer == 0 else hidden * directions
-        per_step = 2 * batch * gates * hidden * (width + hidden) + 3 * batch * gates * hidden
-        per_step += batch * hidden * GATE_MATHS[gates]
+        width = input_size if layer == 0 else state * directions
+        per_step = 2 * batch * gates * hidden * (width + state) + 3 * batch * gates * hidden
+        per_step += batch * hidden * GATE_MATHS[gates] + 2 * batch * hidden * proj
         total += directions * steps * per_step
     return total
 

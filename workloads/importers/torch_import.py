@@ -417,8 +417,9 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
 
     if isinstance(module, nn.MultiheadAttention):
         q, kv = ins[0], (ins[1] if len(ins) > 1 else ins[0])
-        length = q.shape[1] if module.batch_first else q.shape[0]
-        source = kv.shape[1] if module.batch_first else kv.shape[0]
+        # an unbatched input, (L, E), has no batch axis whatever batch_first says
+        length = q.shape[1] if module.batch_first and len(q.shape) == 3 else q.shape[0]
+        source = kv.shape[1] if module.batch_first and len(kv.shape) == 3 else kv.shape[0]
         return "attention", attention_flops(
             batch=_numel(q) // module.embed_dim // length, length=length, source=source,
             embed=module.embed_dim, kdim=module.kdim, vdim=module.vdim,
@@ -426,11 +427,14 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
     if isinstance(module, nn.LSTM | nn.GRU | nn.RNN):
         gates = 4 if isinstance(module, nn.LSTM) else 3 if isinstance(module, nn.GRU) else 1
         x = ins[0]
-        steps, batch = (x.shape[1], x.shape[0]) if module.batch_first else (
-            x.shape[0], x.shape[1] if len(x.shape) == 3 else 1)
+        if len(x.shape) == 2:  # unbatched, (L, H_in), whatever batch_first says
+            steps, batch = x.shape[0], 1
+        else:
+            steps, batch = (x.shape[1], x.shape[0]) if module.batch_first else x.shape[:2]
         flops = recurrent_flops(gates, steps=steps, batch=batch, input_size=module.input_size,
                                 hidden=module.hidden_size, layers=module.num_layers,
-                                directions=2 if module.bidirectional else 1)
+                                directions=2 if module.bidirectional else 1,
+                                proj=getattr(module, "proj_size", 0))
         return {4: "lstm", 3: "gru", 1: "rnn"}[gates], flops
     raise KeyError(type(module).__name__)
 
