@@ -255,7 +255,9 @@ def _imported(module, x):  # type: ignore[no-untyped-def]
         return import_torch(module, x)
 
 
-def test_torch_attention_is_an_op_with_torchs_flop_count() -> None:
+@pytest.mark.parametrize("shape", [(3, 7, 32), (7, 32)], ids=["batched", "unbatched"])
+def test_torch_attention_is_an_op_with_torchs_flop_count(shape) -> None:  # type: ignore[no-untyped-def]
+    # an unbatched input, (L, E), has no batch axis although the layer is batch_first
     torch = pytest.importorskip("torch", reason="torch is not installed")
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -269,14 +271,15 @@ def test_torch_attention_is_an_op_with_torchs_flop_count() -> None:
             a, _ = self.att(x, x, x)
             return self.fc(a)
 
-    block, x = Block(), torch.zeros(3, 7, 32)
+    block, x = Block(), torch.zeros(*shape)
     g = _imported(block, x)
     att = g.op("att")
     assert att.kind == "attention" and g.op("fc").inputs == ("att.0",)  # nothing dropped
     assert g.params == sum(p.numel() for p in block.parameters())
     with FlopCounterMode(display=False) as counter:
         block.att(x, x, x)
-    softmax, biases = 5 * 3 * 4 * 7 * 7, 4 * 3 * 7 * 32  # beyond the matrix products
+    batch = shape[0] if len(shape) == 3 else 1
+    softmax, biases = 5 * batch * 4 * 7 * 7, 4 * batch * 7 * 32  # beyond the products
     assert att.flops == counter.get_total_flops() + softmax + biases
 
 
@@ -572,22 +575,3 @@ def test_torch_lstm_projection_and_unbatched_input_match_torchs_counter(shape) -
     assert counter.get_total_flops() > 0
     assert rnn.flops == counter.get_total_flops() + extras
 
-
-def test_torch_attention_on_an_unbatched_input_matches_torchs_counter() -> None:
-    torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
-    from torch.utils.flop_counter import FlopCounterMode
-
-    class Block(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.att = torch.nn.MultiheadAttention(32, 4, batch_first=True)
-
-        def forward(self, x):  # type: ignore[no-untyped-def]
-            return self.att(x, x, x)[0]
-
-    block, x = Block(), torch.zeros(7, 32)  # (L, E): no batch axis
-    att = _imported(block, x).op("att")
-    with FlopCounterMode(display=False) as counter:
-        block(x)
-    softmax, biases = 5 * 1 * 4 * 7 * 7, 4 * 1 * 7 * 32
-    assert att.flops == counter.get_total_flops() + softmax + biases
