@@ -575,3 +575,25 @@ def test_torch_lstm_projection_and_unbatched_input_match_torchs_counter(shape) -
     assert counter.get_total_flops() > 0
     assert rnn.flops == counter.get_total_flops() + extras
 
+
+
+def test_torch_index_buffers_read_through_get_attr_are_not_parameters() -> None:
+    # Swin's relative position bias: a trainable table gathered by an int64 index buffer.
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+
+    class RelativeBias(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.zeros(13 * 13, 4))
+            self.register_buffer("index", torch.arange(49 * 49) % (13 * 13))
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            bias = self.table[self.index].view(49, 49, 4).permute(2, 0, 1)
+            return self.proj(x) + bias.sum()
+
+    net = RelativeBias()
+    g = _imported(net, torch.zeros(2, 16))
+    assert g.params == sum(p.numel() for p in net.parameters()) == 13 * 13 * 4 + 16 * 17
+    state = sum(t.numel() * t.element_size() for t in [*net.parameters(), *net.buffers()])
+    assert sum(op.param_bytes for op in g) == state  # the index is state, 8 bytes an entry

@@ -285,7 +285,9 @@ def import_torch(module: Any, example_inputs: Any, *,
 def _convert(traced: Any, graph_name: str) -> Graph:
     ops: list[Op] = []
     values: dict[str, Tensor] = {}
-    constants: dict[str, int] = {}   # get_attr node -> element count
+    # get_attr node -> (elements if trainable else 0, bytes): a parameter counts as one;
+    # a buffer or a constant (an int64 index table, a mask) is state only
+    constants: dict[str, tuple[int, int]] = {}
     owners: dict[str, str] = {}
     unknown: dict[str, int] = {}
     tuples: dict[str, list[Any]] = {}  # node -> its tuple of results, as output tensors
@@ -319,7 +321,7 @@ def _convert(traced: Any, graph_name: str) -> Graph:
             ops.append(Op(node.name, "input", "source", outputs=(out,)))
             values[node.name] = out
         elif node.op == "get_attr" and out is not None:
-            constants[node.name] = _numel(out)
+            constants[node.name] = _constant(traced, node.target, out)
         elif node.op == "call_function" and _target_name(node) in _CREATORS \
                 and not any(a.name in values for a in node.all_input_nodes):
             continue  # a tensor made from nothing (positions, masks): not work to place
@@ -439,7 +441,21 @@ def _layer_cost(module: Any, outs: list[Tensor], ins: list[Tensor]) -> tuple[str
     raise KeyError(type(module).__name__)
 
 
-def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[str, int],
+def _constant(traced: Any, target: str, out: Tensor) -> tuple[int, int]:
+    """(trainable elements, bytes) of the attribute a ``get_attr`` node reads."""
+    import torch
+
+    value: Any = traced
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    if not isinstance(value, torch.Tensor):
+        return _numel(out), _numel(out) * values_itemsize(out)
+    trainable = isinstance(value, torch.nn.Parameter) and value.requires_grad
+    return (value.numel() if trainable else 0), value.numel() * value.element_size()
+
+
+def _node_op(node: Any, out: Tensor, values: dict[str, Tensor],
+             constants: dict[str, tuple[int, int]],
              owners: dict[str, str], modules: dict[str, Any], unknown: dict[str, int]) -> Op:
     args = [a for a in node.all_input_nodes]
     ins = [values[a.name] for a in args if a.name in values]
@@ -451,8 +467,8 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor], constants: dict[
                 shares = owners[a.name]
             else:
                 owners[a.name] = node.name
-                params += constants[a.name]
-                state_bytes += constants[a.name] * values_itemsize(out)
+                params += constants[a.name][0]
+                state_bytes += constants[a.name][1]
     target = _target_name(node)
     view = target in _VIEWS
     settings: dict[str, Any] = {}
