@@ -410,10 +410,14 @@ class Graph:
                     workspace_bytes=o.workspace_bytes))
             except GraphError as err:
                 raise GraphError(f"{source}: ops[{i}]: {err}") from None
+        from workloads.shapes import check_edges
+
         try:
-            return cls(doc.name, ops, doc.outputs, meta=doc.meta)
+            graph = cls(doc.name, ops, doc.outputs, meta=doc.meta)
+            check_edges(graph)  # a file's shapes, unlike a builder's, can contradict
         except GraphError as err:
             raise GraphError(f"{source}: {err}") from None
+        return graph
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)

@@ -17,7 +17,7 @@ def random_dags(draw: st.DrawFn) -> Graph:
         preds = draw(st.lists(st.integers(0, max(i - 1, 0)), max_size=3, unique=True)) \
             if i else []
         shape = tuple(draw(st.lists(st.integers(1, 9), min_size=1, max_size=3)))
-        ops.append(Op(f"n{i}", "relu", draw(st.sampled_from(["elementwise", "matmul"])),
+        ops.append(Op(f"n{i}", "synthetic", draw(st.sampled_from(["elementwise", "matmul"])),
                       inputs=tuple(f"n{p}" for p in preds), outputs=(Tensor(f"n{i}", shape),),
                       flops=draw(st.integers(0, 10**9)), attrs={"k": [1, [2, 3]]}))
     return Graph("random", reversed(ops) if draw(st.booleans()) else ops)

@@ -597,3 +597,10 @@ def test_torch_index_buffers_read_through_get_attr_are_not_parameters() -> None:
     assert g.params == sum(p.numel() for p in net.parameters()) == 13 * 13 * 4 + 16 * 17
     state = sum(t.numel() * t.element_size() for t in [*net.parameters(), *net.buffers()])
     assert sum(op.param_bytes for op in g) == state  # the index is state, 8 bytes an entry
+
+
+def test_an_imported_graph_is_named_after_its_file_or_as_asked(tmp_path: Path) -> None:
+    from workloads.importers import import_onnx
+
+    path = _relu_model(tmp_path)
+    assert import_onnx(path).name == "m" and import_onnx(path, name="net").name == "net"

@@ -336,8 +336,8 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
             # computed from constants, or from shapes, which are known by now: fold
             consts.update(o for o in node.output if o)
             continue
-        name = _free_name(node.name or f"{node.op_type}_{i}", i, taken)
-        op = _op(node, name, types, consts, owners, unknown, path, values, (sources, sizes))
+        op_name = _free_name(node.name or f"{node.op_type}_{i}", i, taken)
+        op = _op(node, op_name, types, consts, owners, unknown, path, values, (sources, sizes))
         if op is not None:
             ops.append(op)
     if unknown:
