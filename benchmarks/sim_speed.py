@@ -22,6 +22,7 @@ the graph, building the plan, simulating, and the trace as a DataFrame.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import sys
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> str:
                              "has at least ten layers)")
     parser.add_argument("--scale", default="1000000",
                         help="sizes for the end-to-end table (empty: skip it)")
+    parser.add_argument("--switched", default="1000,2000,5000,10000",
+                        help="sizes for the contended switch table (empty: skip it)")
     parser.add_argument("--out", help="also write the markdown table here")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> str:
         f"{describe()}, simpy {simpy.__version__}",
         f"date: {datetime.date.today().isoformat()}",
         f"command: python benchmarks/sim_speed.py --sizes {args.sizes} "
-        f"--devices {args.devices} --scale {args.scale}", "",
+        f"--devices {args.devices} --switched {args.switched} --scale {args.scale}", "",
         "| ops | devices | transfers | placelab s | placelab ops/s | naive s | naive ops/s "
         "| speedup | peak MiB (placelab) | graph + plan prep s | makespan equal "
         "| fair s (x fcfs) |",
@@ -151,6 +154,8 @@ def main(argv: list[str] | None = None) -> str:
             lines.append(row)
             print(row, flush=True)
     lines += contended(args)
+    if args.switched:
+        lines += contended_switch([int(s) for s in args.switched.split(",")], args.width)
     if args.scale:
         lines += at_scale([int(s) for s in args.scale.split(",")], args.width)
     return record(lines, args.out)
@@ -201,6 +206,47 @@ def contended(args: argparse.Namespace) -> list[str]:
             f"| {n:,} | {d} | {len(plan.transfers):,} | {fcfs:.3f} | {fair:.3f} | "
             f"{fair / fcfs:.2f} |"]
     print("\n".join(rows), flush=True)
+    return rows
+
+
+def contended_switch(sizes: list[int], width: int) -> list[str]:
+    """Fair sharing under heavy contention: layered DAGs placed round robin, op by op, over
+    64 H100s behind one switch on 4.5 GB/s links with 64 copy engines each, so that
+    thousands of flows share the 128 link channels at once. One run each (the largest
+    takes minutes); SimGrid's time on the same plan where its Python module imports."""
+    rows = ["", "Contended fair sharing: round robin over 64 H100s behind a switch at 4.5 GB/s, "
+            "64 copy engines each (one run each):", "",
+            "| ops | transfers | fcfs s | fair s | fair / fcfs | fair s / (n log n), 1k = 1 "
+            "| SimGrid s |", "|---:|---:|---:|---:|---:|---:|---:|"]
+    print("\n".join(rows), flush=True)
+    spec = dataclasses.replace(get_device("h100-sxm5-80gb"), copy_engines=64)
+    cluster = Cluster("switch64-slow", tuple(spec.instance(f"gpu{i}") for i in range(64)),
+                      tuple(Link(f"gpu{i}", "switch", 4.5e9, 1e-6) for i in range(64)),
+                      switches=("switch",))
+    cost = RooflineCost(cluster)
+    try:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from simgrid_crosscheck import simgrid_makespan, unlimited_copies
+    except ImportError:
+        simgrid_makespan = None
+    base = None
+    for n in sizes:
+        graph = layered_dag(n, width=max(1, min(width, n // 10)), seed=0)
+        names = cluster.device_names
+        placement = {op: names[i % 64] for i, op in enumerate(graph.names)}
+        plan = Plan(graph, placement, order_by_priority(graph, placement), policy="rr")
+        fcfs, _ = clock(simulate, plan, cluster, cost)
+        fair, _ = clock(simulate, plan, cluster, cost, links="fair")
+        per = fair / (n * np.log(n))
+        base = base or per
+        theirs = "not installed"
+        if simgrid_makespan is not None:
+            free = unlimited_copies(cluster)
+            theirs = f"{clock(simgrid_makespan, plan, free, RooflineCost(free))[0]:.2f}"
+        row = (f"| {n:,} | {len(plan.transfers):,} | {fcfs:.3f} | {fair:.2f} | "
+               f"{fair / fcfs:.0f} | {per / base:.2f} | {theirs} |")
+        rows.append(row)
+        print(row, flush=True)
     return rows
 
 

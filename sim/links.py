@@ -142,24 +142,42 @@ class FairSharing:
 
     def _share(self: Any, flows: list[int]) -> dict[int, float]:
         """Progressive filling over one component: the channel with the smallest fair share
-        fixes the rate of its flows; remove them and repeat."""
-        users: dict[str, list[int]] = {}
+        fixes the rate of its flows; remove them and repeat.
+
+        The channel is found in a heap of (share, first-seen order) entries, one pushed
+        whenever a channel's share changes and stale ones skipped: the same channel a scan
+        would pick (ties to the first seen), in logarithmic time."""
+        t_channels, users = self.t_channels, self.flows_on
+        # A component holds every active flow of each of its channels, so a channel's
+        # flows are those it carries; within one channel's turn every flow gets the same
+        # share, so the order they are visited in changes no sum.
+        order: dict[str, int] = {}
         for k in flows:
-            for channel in self.t_channels[k]:
-                users.setdefault(channel, []).append(k)
-        left = {c: self.channel_capacity[c] for c in users}
-        count = {c: len(u) for c, u in users.items()}
+            for channel in t_channels[k]:
+                if channel not in order:
+                    order[channel] = len(order)
+        capacity = self.channel_capacity
+        left = {c: capacity[c] for c in order}
+        count = {c: len(users[c]) for c in order}
+        heap = [(left[c] / count[c], i, c) for c, i in order.items()]
+        heapq.heapify(heap)
         rate: dict[int, float] = {}
         while len(rate) < len(flows):
-            channel = min((c for c in count if count[c]), key=lambda c: left[c] / count[c])
-            share = left[channel] / count[channel]
+            share, _, channel = heapq.heappop(heap)
+            if not count[channel] or share != left[channel] / count[channel]:
+                continue  # stale: the channel's share changed after this entry
+            touched: dict[str, None] = {}
             for k in users[channel]:
                 if k in rate:
                     continue
                 rate[k] = share
-                for c in self.t_channels[k]:
+                for c in t_channels[k]:
                     left[c] -= share
                     count[c] -= 1
+                    touched[c] = None
+            for c in touched:
+                if count[c]:
+                    heapq.heappush(heap, (left[c] / count[c], order[c], c))
         return rate
 
     def _reshare(self: Any, flows: list[int]) -> None:
@@ -178,6 +196,12 @@ class FairSharing:
 
     def _schedule_tick(self: Any) -> None:
         ends, version = self.ends, self.version
+        if len(ends) > 64 and len(ends) > 4 * len(version):
+            # Most entries were foreseen under rates that have changed since: drop them at
+            # once (linear) rather than one pop at a time. The live entries, and so the
+            # order they come out in, are the same.
+            ends[:] = [e for e in ends if e[2] == version.get(e[1])]
+            heapq.heapify(ends)
         while ends and ends[0][2] != version.get(ends[0][1]):
             heapq.heappop(ends)  # foreseen under a rate that has changed since
         if ends and (ends[0][0] < self.next_tick or self.next_tick <= self.env._now):
