@@ -37,22 +37,45 @@ __all__ = ["BUDGETS", "CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS"
 
 
 class Timeline:
-    """Busy intervals of one device, sorted, with insertion into idle gaps."""
+    """Busy intervals of one device, sorted, with insertion into idle gaps.
+
+    >>> line = Timeline()
+    >>> line.insert(0.0, 2.0, 0); line.insert(3.0, 5.0, 1)
+    >>> line.earliest_start(0.5, 1.0), line.earliest_start(0.5, 1.5)
+    (2.0, 5.0)
+    """
+
+    #: Gaps looked at one by one before the rest are tested at once (arrays).
+    SCAN = 1
 
     def __init__(self) -> None:
         self.starts: list[float] = []
         self.ends: list[float] = []
         self.ops: list[int] = []
+        self._arrays: tuple[np.ndarray, np.ndarray] | None = None
 
     def earliest_start(self, ready: float, duration: float) -> float:
-        i = bisect.bisect_right(self.ends, ready)
-        start = ready if i == 0 else max(ready, self.ends[i - 1])
-        while i < len(self.starts):
-            if start + duration <= self.starts[i]:
+        starts, ends = self.starts, self.ends
+        i = bisect.bisect_right(ends, ready)
+        start = ready if i == 0 else max(ready, ends[i - 1])
+        n = len(starts)
+        stop = min(n, i + self.SCAN)
+        while i < stop:
+            if start + duration <= starts[i]:
                 return start
-            start = max(start, self.ends[i])
+            start = max(start, ends[i])
             i += 1
-        return start
+        if i == n:
+            return start
+        # Past the first interval after ``ready`` a candidate start is the end before the
+        # gap (ends are sorted), so the rest of the scan is one comparison of arrays, with
+        # the same sums and comparisons as the loop.
+        if self._arrays is None:
+            self._arrays = np.array(starts), np.array(ends)
+        s, e = self._arrays
+        fits = e[i - 1:n - 1] + duration <= s[i:]
+        j = int(fits.argmax())
+        return float(e[i - 1 + j]) if fits[j] else ends[n - 1]
 
     def insert(self, start: float, end: float, op: int) -> None:
         # After the intervals that end by ``start``: an empty interval at the start of a
@@ -61,12 +84,20 @@ class Timeline:
         self.starts.insert(i, start)
         self.ends.insert(i, end)
         self.ops.insert(i, op)
+        self._arrays = None
 
 
-def _data_ready(p: Problem, op: int, d: int, where: list[int], finish: list[float]) -> float:
-    # A producer with no device yet floats: it will join its group, costing nothing here.
-    return max((finish[s] + (p.comm(t, where[s], d) if where[s] >= 0 else 0.0)
-                for s, t in p.preds[op]), default=0.0)
+def _data_ready_row(p: Problem, op: int, where: list[int], finish: list[float]
+                    ) -> np.ndarray:
+    """When ``op``'s inputs could be on each device: the latest producer's finish plus its
+    tensor's transfer (a producer with no device yet floats: it will join its group,
+    costing nothing here)."""
+    ready: np.ndarray | None = None
+    for s, t in p.preds[op]:
+        arrival = finish[s] + p.comm_row(t, where[s]) if where[s] >= 0 else \
+            np.full(len(p.devices), finish[s])
+        ready = arrival if ready is None else np.maximum(ready, arrival)
+    return np.zeros(len(p.devices)) if ready is None else ready
 
 
 def _pending(p: Problem) -> list[int]:
@@ -132,7 +163,7 @@ class _InsertionScheduler(PlacementPolicy):
         heapq.heapify(heap)
         while heap:
             _, op = heapq.heappop(heap)
-            ready = [_data_ready(p, op, d, where, finish) for d in range(len(p.devices))]
+            ready = _data_ready_row(p, op, where, finish).tolist()
             d = pins.of(op)
             if d >= 0:
                 start = lines[d].earliest_start(ready[d], float(p.times[op, d]))
@@ -196,6 +227,7 @@ class _ReadyPool:
         self.need = np.zeros((16, n_devices))
         self.fav = np.full(16, -1)
         self.epoch = np.zeros(16, dtype=np.int64)  # the schedule's epoch of each estimate
+        self.array = np.zeros(16, dtype=np.int64)  # ``ops`` as an array (its first rows)
 
     def add(self, op: int, ready: np.ndarray, need: np.ndarray, fav: int,
             epoch: int = 0) -> None:
@@ -205,7 +237,10 @@ class _ReadyPool:
             self.need = np.vstack([self.need, np.zeros_like(self.need)])
             self.fav = np.concatenate([self.fav, np.full_like(self.fav, -1)])
             self.epoch = np.concatenate([self.epoch, np.zeros_like(self.epoch)])
+        if k == len(self.array):
+            self.array = np.concatenate([self.array, np.zeros_like(self.array)])
         self.ops.append(op)
+        self.array[k] = op
         self.index[op] = k
         self.rows[k], self.need[k], self.fav[k], self.epoch[k] = ready, need, fav, epoch
 
@@ -214,6 +249,7 @@ class _ReadyPool:
         del self.index[self.ops[k]]
         if k != last:
             self.ops[k] = self.ops[last]
+            self.array[k] = self.ops[last]
             self.index[self.ops[k]] = k
             self.rows[k], self.need[k] = self.rows[last], self.need[last]
             self.fav[k], self.epoch[k] = self.fav[last], self.epoch[last]
@@ -379,7 +415,8 @@ class ETF(PlacementPolicy):
             s.last[d] = op
             orders[d].append(op)
             landed = s.pins.fix(op, d, s.where)
-            for mate in [w for w in s.pool.ops if w in landed]:  # group mates already ready
+            mates = set(landed)  # group mates already ready, in the pool's order
+            for mate in [w for w in s.pool.ops if w in mates] if mates else ():
                 s.pool.remove(s.pool.index[mate])
                 self._admit(s, mate)
             for succ, _ in p.succs[op]:
@@ -407,7 +444,7 @@ class ETF(PlacementPolicy):
         changed = -1
         awake = self._awake(s, free, capacity) if s.fav and \
             self.keeps_favourites() == "wait" else {}
-        ops = np.asarray(pool.ops)
+        ops = pool.array[:len(pool.ops)]
         room = capacity - np.asarray(s.book.used, dtype=float) if self.memory_aware \
             else capacity
         while True:
@@ -477,7 +514,7 @@ class ETF(PlacementPolicy):
         """When ``op``'s inputs could be on each device (inf where it may not go)."""
         p, n_dev = s.p, len(s.p.devices)
         if s.channels is None:
-            ready = np.array([_data_ready(p, op, d, s.where, s.finish) for d in range(n_dev)])
+            ready = _data_ready_row(p, op, s.where, s.finish)
         else:
             ready = s.channels.ready_row(op, s.where, s.finish)
         ready[np.isinf(p.times[op])] = np.inf
@@ -523,7 +560,9 @@ class ETF(PlacementPolicy):
         if not np.isfinite(top):
             raise book.fail(int(ops[np.argmax(level[ops])]))
         tied = np.flatnonzero(first_start == top)
-        if self.ties == "topo":
+        if len(tied) == 1:
+            pick = tied[0]
+        elif self.ties == "topo":
             pick = tied[np.argmin(p.bfs_rank[ops[tied]])]
         else:
             pick = tied[np.lexsort((ops[tied], -level[ops[tied]]))[0]]
