@@ -148,6 +148,8 @@ class FairSharing:
         whenever a channel's share changes and stale ones skipped: the same channel a scan
         would pick (ties to the first seen), in logarithmic time."""
         t_channels, users = self.t_channels, self.flows_on
+        if len(flows) == 1:  # alone: its narrowest channel (capacity / 1, as filling has it)
+            return {flows[0]: min(self.channel_capacity[c] for c in t_channels[flows[0]])}
         # A component holds every active flow of each of its channels, so a channel's
         # flows are those it carries; within one channel's turn every flow gets the same
         # share, so the order they are visited in changes no sum.
