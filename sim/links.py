@@ -119,10 +119,22 @@ class FairSharing:
         if self.f_volume[k] <= 0.0:
             self._complete(k)
             return
-        self.remaining[k], self.settled[k], self.rate[k] = self.f_volume[k], self.env._now, 0.0
-        for channel in self.t_channels[k]:
-            self.flows_on[channel][k] = None
-        self._reshare(self._component(self.t_channels[k]))
+        now = self.env._now
+        self.remaining[k], self.settled[k], self.rate[k] = self.f_volume[k], now, 0.0
+        channels, alone = self.t_channels[k], True
+        for channel in channels:
+            flows = self.flows_on[channel]
+            alone = alone and not flows
+            flows[k] = None
+        if not alone or not channels:
+            self._reshare(self._component(channels))
+            return
+        # Alone on its channels: what _reshare would do for a component of one flow (no
+        # progress to settle yet, its narrowest channel's capacity for a rate).
+        rate = self.rate[k] = min(self.channel_capacity[c] for c in channels)
+        version = self.version[k] = self.version.get(k, 0) + 1
+        heapq.heappush(self.ends, (now + max(self.remaining[k], 0.0) / rate, k, version))
+        self._schedule_tick()
 
     # -- bandwidth ----------------------------------------------------------------------------
 
@@ -230,7 +242,9 @@ class FairSharing:
                 channels[channel] = None
         for k in done:
             self._complete(k)
-        self._reshare(self._component(tuple(channels)))
+        flows_on = self.flows_on
+        if any(flows_on[c] for c in channels):  # others shared a channel: they speed up
+            self._reshare(self._component(tuple(channels)))
         self._schedule_tick()
 
     def _complete(self: Any, k: int) -> None:
