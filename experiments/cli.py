@@ -339,7 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PlacelabError as err:
         sys.stderr.write(f"placelab: error: {' '.join(str(err).splitlines())}\n")
         return 2
-    except BrokenPipeError:
+    except BrokenPipeError as err:
+        if not _stdout_closed():
+            return _os_error(err)
         # the reader closed standard output (``| head``): its choice, not an error; later
         # writes (the interpreter's last flush) go nowhere
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -349,10 +351,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "memory this process may use (see ulimit -v), got MemoryError\n")
         return 2
     except OSError as err:
-        where = f" {err.filename!r}" if err.filename else ""
-        sys.stderr.write(f"placelab: error: cannot write or read{where}: {err.strerror}\n")
-        return 2
+        return _os_error(err)
     return 0
+
+
+def _os_error(err: OSError) -> int:
+    where = f" {err.filename!r}" if err.filename else ""
+    sys.stderr.write(f"placelab: error: cannot write or read{where}: {err.strerror}\n")
+    return 2
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output's reader has gone (a broken pipe elsewhere is an error):
+    a pipe whose reading end is closed polls as an error."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or no file behind stdout
+        return False
 
 
 if __name__ == "__main__":

@@ -88,9 +88,15 @@ def _staged(out: Path) -> Iterator[Path]:
     """A staging folder in ``out`` for one run's files; on success they replace the
     folder's, earlier traces go (their name holds the policy) and the manifest is
     written."""
+    import psutil
+
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).unlink(missing_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+    for old in out.glob(".staging-*-*"):  # left by a run killed outright (kill -9)
+        pid = old.name.split("-")[1]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".staging-{os.getpid()}-", dir=out))
     try:
         yield stage
         files = sorted(p.name for p in stage.iterdir())

@@ -134,7 +134,8 @@ def exit_with_parent(pid: int, every_s: float = 1.0) -> None:
         os._exit(1)
 
     def watch() -> None:
-        while parent.is_running():
+        # a killed parent nobody has reaped yet is a zombie: gone all the same
+        while parent.is_running() and parent.status() != psutil.STATUS_ZOMBIE:
             time.sleep(every_s)
         os._exit(1)
 

@@ -36,19 +36,25 @@ def check_edges(graph: Graph) -> None:
     >>> check_edges(build_model("mlp"))  # a built graph holds by construction
     """
     for op in graph.ops:
-        if len(op.outputs) != 1 or not op.inputs or (
+        if len(op.outputs) != 1 or not op.inputs or "fused" in op.attrs or (
                 op.kind not in BROADCAST_KINDS and op.kind != "linear"):
-            continue
+            continue  # a fused chain writes its last op's output, whatever its head's kind
         out = op.outputs[0].shape
         # a training step's weights arrive flat (one tensor of every parameter of an op)
         ins = [(name, graph.tensor(name).shape) for name in op.inputs
                if graph.op(graph.producer(name)).kind != "parameter"]
+        if op.kind == "batchnorm":
+            ins = ins[:1]  # its statistics, (C,), may arrive as inputs: the data decides
         if op.kind in BROADCAST_KINDS:
             for name, shape in ins:
                 if _broadcast(shape, out) != out:
                     raise _error(op, name, shape, "a shape it broadcasts to")
         elif op.kind == "linear" and "in_features" in op.attrs and len(ins) == 1:
             name, shape = ins[0]
+            if not shape or not out:
+                raise GraphError(f"op {op.name!r} (linear): input {name!r} and the output "
+                                 f"must have a features axis, got shapes {tuple(shape)} and "
+                                 f"{tuple(out)}")
             if shape[-1] != op.attrs["in_features"]:
                 raise GraphError(f"op {op.name!r} (linear): input {name!r} must have "
                                  f"in_features on its last axis: expected "

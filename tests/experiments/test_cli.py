@@ -142,6 +142,9 @@ def test_demo_writes_its_outputs_together_with_a_manifest(capsys, tmp_path,
     import hashlib
 
     (tmp_path / "trace-gpt2-train-older.json").write_text("{}")  # an earlier run's
+    stale = tmp_path / ".staging-999999999-x"  # of a run killed with kill -9 (no such pid)
+    stale.mkdir()
+    (stale / "results.parquet").write_text("half")
     code, out, _ = run(capsys, "demo", "--out", str(tmp_path), "--json")
     report = json.loads(out)
     assert code == 0
@@ -404,3 +407,13 @@ def test_an_ignored_or_empty_argument_is_refused(capsys, tmp_path, monkeypatch, 
         code, (out, err) = int(stop.code or 0), capsys.readouterr()
     assert code == 2 and out == "" and message in err
     assert len(err.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_a_broken_pipe_other_than_standard_output_is_an_error(capsys, monkeypatch) -> None:
+    def broken(args) -> None:  # type: ignore[no-untyped-def]
+        raise BrokenPipeError(32, "Broken pipe", "trace.fifo")
+
+    monkeypatch.setattr("experiments.cli.cmd_list", broken)
+    code, out, err = run(capsys, "list", "models")
+    assert code == 2 and out == ""
+    assert err == "placelab: error: cannot write or read 'trace.fifo': Broken pipe\n"

@@ -470,9 +470,13 @@ def test_a_tensor_of_no_fixed_width_is_refused_not_read_as_fp32(tmp_path: Path) 
     from workloads.importers import import_onnx
 
     path = _relu_model(tmp_path, TensorProto.STRING, op_type="Identity")
-    with pytest.raises(GraphError, match=r"tensor 'x': element type must be a number type of "
-                                         r"8, 16, 32 or 64 bits .* got STRING$"):
+    with pytest.raises(GraphError, match=r"tensor 'x': element type must be a real number "
+                                         r"type .* got STRING$"):
         import_onnx(path)
+    short = _relu_model(tmp_path, TensorProto.INT16, op_type="Identity")
+    with pytest.warns(UserWarning, match=r"2 tensor\(s\) of element type INT16 \(no such "
+                                         r"dtype here\) imported as fp32"):
+        assert import_onnx(short).op("relu").output.dtype == "fp32"
     wide = _relu_model(tmp_path, TensorProto.UINT64, op_type="Identity")
     assert import_onnx(wide).op("relu").output.dtype == "int64"  # the same width
 

@@ -70,3 +70,30 @@ def test_a_graph_file_with_a_contradicting_shape_is_refused(tmp_path) -> None:
                                          r"\(4, 1024\) \(out_features on the last axis\), "
                                          r"got \(4, 1000\)$"):
         Graph.load(path)
+
+
+def test_a_batchnorm_fed_its_statistics_and_a_fused_chain_hold() -> None:
+    x = Op("x", "input", "source", outputs=(Tensor("x", (2, 8, 4, 4)),))
+    stats = Op("s", "input", "source", outputs=(Tensor("s", (8,)),))
+    bn = Op("bn", "batchnorm", "elementwise", inputs=("x", "s"),
+            outputs=(Tensor("bn", (2, 8, 4, 4)),))
+    check_edges(Graph("g", [x, stats, bn]))  # the data input decides, not the statistics
+    # relu then a 2x resize fused into one op: it writes the resize's output
+    fused = Op("r", "relu", "elementwise", inputs=("x",), outputs=(Tensor("up", (2, 8, 8, 8)),),
+               attrs={"fused": ("up",)})
+    check_edges(Graph("g", [x, fused]))
+
+
+def test_a_linear_layer_without_a_features_axis_is_one_line() -> None:
+    x = Op("x", "input", "source", outputs=(Tensor("x", (1,)),))
+    fc = Op("fc", "linear", "matmul", inputs=("x",), outputs=(Tensor("fc", (4,)),),
+            attrs={"in_features": 3, "out_features": 4})
+    with pytest.raises(GraphError, match=r"^op 'fc' \(linear\): input 'x' must have "
+                                         r"in_features on its last axis: expected 3, got "
+                                         r"shape \(1,\)$"):
+        check_edges(Graph("g", [x, fc]))
+    scalar = Op("x", "input", "source", outputs=(Tensor("x", ()),))
+    with pytest.raises(GraphError, match=r"^op 'fc' \(linear\): input 'x' and the output "
+                                         r"must have a features axis, got shapes \(\) and "
+                                         r"\(4,\)$"):
+        check_edges(Graph("g", [scalar, fc]))

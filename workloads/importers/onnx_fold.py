@@ -58,7 +58,8 @@ def _evaluate(node: Any, known: dict[str, np.ndarray], opset: dict[str, int]
         return None
 
 
-def fold_constants(model: Any) -> tuple[Any, dict[str, tuple[str, ...]], dict[str, int]]:
+def fold_constants(model: Any, base_dir: str = ""
+                   ) -> tuple[Any, dict[str, tuple[str, ...]], dict[str, int]]:
     """``model`` with every node computable from constants and known shapes replaced by
     initializers (unused initializers dropped), shapes inferred again; and, so that
     parameters are counted once, each folded floating-point constant's *sources*: the
@@ -83,7 +84,7 @@ def fold_constants(model: Any) -> tuple[Any, dict[str, tuple[str, ...]], dict[st
 
     graph = model.graph
     opset = {o.domain or "": o.version for o in model.opset_import}
-    known = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    known = {i.name: numpy_helper.to_array(i, base_dir) for i in graph.initializer}
     origin: dict[str, tuple[str, ...]] = {n: (n,) for n, v in known.items()
                                           if np.issubdtype(v.dtype, np.floating)}
     sizes = {n: int(known[n].size) for n in origin}

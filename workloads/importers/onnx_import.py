@@ -27,7 +27,8 @@ from workloads.importers.onnx_fold import fold_constants
 __all__ = ["import_onnx"]
 
 #: ONNX element types by the IR dtype of their width (unsigned as signed, the FP8 variants
-#: as fp8); the others (strings, complex, 16-bit and sub-byte integers) are refused.
+#: as fp8). Strings and complex numbers are refused; the other numeric types (16-bit and
+#: sub-byte integers, FP4/FP6) have no IR dtype and import as fp32, with a warning.
 _DTYPES = {1: "fp32", 2: "int8", 3: "int8", 6: "int32", 7: "int64", 9: "bool", 10: "fp16",
            11: "fp64", 12: "int32", 13: "int64", 16: "bf16", 17: "fp8", 18: "fp8", 19: "fp8",
            20: "fp8", 24: "fp8"}
@@ -180,15 +181,11 @@ def _load(path: str | Path) -> Any:
         raise GraphError(f"{path}: expected an ONNX model, got an empty file")
     try:
         model = onnx.load_from_string(data)
-        # weights stored beside the model (what torch.onnx.export(dynamo=True) writes) are
-        # found relative to the model's folder, not the working directory
-        from onnx.external_data_helper import load_external_data_for_model
-
-        load_external_data_for_model(model, str(Path(path).parent))
         _check_opset(model, path)
         # The checker with full shape inference refuses inconsistent models (a MatMul of
-        # incompatible shapes), which would otherwise import as wrong numbers.
-        onnx.checker.check_model(model, full_check=True)
+        # incompatible shapes), which would otherwise import as wrong numbers; given the
+        # path, it finds external weights beside the model and takes models past 2 GiB.
+        onnx.checker.check_model(str(path), full_check=True)
     except GraphError:
         raise
     except Exception as err:  # protobuf and checker errors have no common base
@@ -247,7 +244,9 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
         # data_prop: shape arithmetic (Shape, Gather, Concat, ...) is evaluated, so that a
         # Reshape to a computed shape gets that shape.
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)
-        return fold_constants(inferred)
+        # weights stored beside the model (what torch.onnx.export(dynamo=True) writes) are
+        # read from the model's folder, not the working directory
+        return fold_constants(inferred, _base_dir(path))
     except GraphError:
         raise
     except Exception as err:
@@ -259,6 +258,7 @@ def _bind(model: Any, path: str | Path, batch: int | None, dims: Mapping[str, in
 def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
     out: dict[str, Tensor] = {}
     empty: list[str] = []
+    inexact: dict[str, str] = {}  # tensor -> its ONNX element type, imported as fp32
     infos = [*model.graph.input, *model.graph.value_info, *model.graph.output]
     for info in infos:
         tt = info.type.tensor_type
@@ -275,10 +275,16 @@ def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
         if 0 in dims:
             empty.append(info.name)
         out[info.name] = Tensor(info.name, tuple(max(int(d), 1) for d in dims) or (1,),
-                                _dtype(tt.elem_type, info.name, path))
+                                _dtype(tt.elem_type, info.name, path, inexact))
     for init in model.graph.initializer:
         out[init.name] = Tensor(init.name, tuple(max(int(d), 1) for d in init.dims) or (1,),
-                                _dtype(init.data_type, init.name, path))
+                                _dtype(init.data_type, init.name, path, inexact))
+    if inexact:
+        kinds = sorted(set(inexact.values()))
+        warnings.warn(f"{path}: {len(inexact)} tensor(s) of element type {', '.join(kinds)} "
+                      f"(no such dtype here) imported as fp32, so their bytes are counted "
+                      f"at 4 an element: {', '.join(repr(n) for n in list(inexact)[:5])}"
+                      + (", ..." if len(inexact) > 5 else ""), stacklevel=4)
     if empty:
         # the IR has no empty tensor: such a tensor moves one element and costs next to
         # nothing, which is what an empty one costs
@@ -288,17 +294,19 @@ def _value_types(model: Any, path: str | Path) -> dict[str, Tensor]:
     return out
 
 
-def _dtype(elem_type: int, name: str, path: str | Path) -> str:
-    try:
+def _dtype(elem_type: int, name: str, path: str | Path, inexact: dict[str, str]) -> str:
+    if elem_type in _DTYPES:
         return _DTYPES[elem_type]
-    except KeyError:
-        import onnx
+    import onnx
 
-        kind = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
-            onnx.TensorProto.DataType.values() else str(elem_type)
-        raise GraphError(f"{path}: tensor {name!r}: element type must be a number type of "
-                         f"8, 16, 32 or 64 bits (FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, "
-                         f"INT32, INT64, BOOL, ...), got {kind}") from None
+    kind = onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+        onnx.TensorProto.DataType.values() else str(elem_type)
+    if kind in ("UNDEFINED", "STRING", "COMPLEX64", "COMPLEX128") or kind == str(elem_type):
+        raise GraphError(f"{path}: tensor {name!r}: element type must be a real number type "
+                         f"(FLOAT, FLOAT16, BFLOAT16, DOUBLE, INT8, INT32, INT64, BOOL, ...), "
+                         f"got {kind}")
+    inexact[name] = kind
+    return "fp32"
 
 
 def import_onnx(path: str | Path, *, batch: int | None = None,
@@ -321,7 +329,7 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
     model, sources, sizes = _bind(_load(path), path, batch, dims or {})
     types = _value_types(model, path)
     consts = {i.name for i in model.graph.initializer}
-    values = _constant_values(model)
+    values = _constant_values(model, _base_dir(path))
     ops: list[Op] = []
     for inp in model.graph.input:
         if inp.name not in consts and inp.name in types:
@@ -476,12 +484,16 @@ def _executable(op_type: str, attrs: dict[str, Any], n: _Node) -> dict[str, Any]
     return {}
 
 
-def _constant_values(model: Any) -> dict[str, Any]:
+def _base_dir(path: str | Path) -> str:
+    return str(Path(path).resolve().parent)
+
+
+def _constant_values(model: Any, base_dir: str) -> dict[str, Any]:
     """Values of the initializers and ``Constant`` nodes (settings such as Pad's pads)."""
     import onnx
     from onnx import numpy_helper
 
-    out = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    out = {i.name: numpy_helper.to_array(i, base_dir) for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "Constant" and node.output and node.attribute:
             value = onnx.helper.get_attribute_value(node.attribute[0])
