@@ -608,3 +608,22 @@ def test_an_imported_graph_is_named_after_its_file_or_as_asked(tmp_path: Path) -
 
     path = _relu_model(tmp_path)
     assert import_onnx(path).name == "m" and import_onnx(path, name="net").name == "net"
+
+
+def test_torch_frozen_weights_are_state_not_parameters_however_they_are_read() -> None:
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.frozen, self.tuned = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+            self.scale = torch.nn.Parameter(torch.ones(8), requires_grad=False)
+            self.frozen.requires_grad_(False)
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            return self.tuned(self.frozen(x) * self.scale)
+
+    net = Net()
+    g = _imported(net, torch.zeros(2, 8))
+    assert g.params == sum(p.numel() for p in net.parameters() if p.requires_grad) == 36
+    assert sum(op.param_bytes for op in g) == 4 * sum(p.numel() for p in net.parameters())

@@ -395,7 +395,7 @@ def _tuple_op(node: Any, tree: list[Any], values: dict[str, Tensor], modules: di
         module = modules[node.target]
         # a layer's sub-layers' parameters (attention's out_proj) too
         own, _ = _own_parameters(module.parameters(), node.name, owners)
-        params = sum(p.numel() for p in own)
+        params = sum(p.numel() for p in own if p.requires_grad)  # trainable only
         state_bytes = sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
         kind, flops = _layer_cost(module, outs, ins)
         settings = module_attrs(module)
@@ -478,7 +478,7 @@ def _node_op(node: Any, out: Tensor, values: dict[str, Tensor],
             # a leaf's sub-layers too (a transformer layer imported whole holds them)
             own, tied = _own_parameters(module.parameters(), node.name, owners)
             shares = shares or tied
-            params += sum(p.numel() for p in own)
+            params += sum(p.numel() for p in own if p.requires_grad)  # trainable only
             state_bytes += sum(t.numel() * t.element_size() for t in [*own, *module.buffers()])
             kind, op_class, flops = _module_cost(module, out, ins)
             settings = module_attrs(module)
