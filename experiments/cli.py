@@ -37,7 +37,7 @@ from sim.options import LINK_MODELS, ORDERS
 from workloads.collectives import ALGORITHMS
 from workloads.errors import PlacelabError
 from workloads.training import COLOCATE, OPTIMIZERS
-from workloads.zoo import MAX_BATCH
+from workloads.zoo import MAX_BATCH, MAX_SEQ_LEN
 
 __all__ = ["ENGINE_NAMES", "main"]
 
@@ -63,9 +63,9 @@ def _add_json(p: argparse.ArgumentParser) -> None:
 
 
 def _add_workload(p: argparse.ArgumentParser, *, seq_len: bool = True) -> None:
-    p.add_argument("--batch", type=_size, default=1)
+    p.add_argument("--batch", type=_batch, default=1)
     if seq_len:
-        p.add_argument("--seq-len", type=_size, default=None,
+        p.add_argument("--seq-len", type=_int_at_least(1, MAX_SEQ_LEN), default=None,
                        help="tokens per sequence (sequence models)")
     p.add_argument("--train", action="store_true",
                    help="a whole training step: forward, loss, backward, weight update")
@@ -96,7 +96,7 @@ def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[str], i
 
 
 _positive_int, _nonnegative_int = _int_at_least(1), _int_at_least(0)
-_size = _int_at_least(1, MAX_BATCH)  # a batch or a sequence length
+_batch = _int_at_least(1, MAX_BATCH)  # a batch
 
 
 def _nonnegative_float(text: str) -> float:
@@ -142,7 +142,7 @@ def _add_model_commands(sub: Any) -> None:
 
     p = msub.add_parser("import", help="the same summary for an ONNX model")
     p.add_argument("file")
-    p.add_argument("--batch", type=_size, default=None,
+    p.add_argument("--batch", type=_batch, default=None,
                    help="value of the inputs' symbolic first (batch) dimension")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value of a symbolic dimension, by name (repeatable)")

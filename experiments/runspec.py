@@ -97,12 +97,9 @@ class RunSpec:
         _check_cost(cost, None if cost_file is None else str(cost_file), c)
         graph_json = None
         if graph_file is not None:
-            from workloads.errors import GraphError
-            from workloads.graph import LOAD_BYTES_PER_FILE_BYTE
-            from workloads.io import check_room, read_text
+            from workloads.graph import read_graph_text
 
-            check_room(graph_file, LOAD_BYTES_PER_FILE_BYTE, GraphError, "graph file")
-            graph_json = read_text(graph_file, GraphError, "graph file")
+            graph_json = read_graph_text(graph_file)
         cost_hash = ""
         if cost_file is not None:
             cost_hash = _file_hash(cost_file)

@@ -19,7 +19,7 @@ from statistics import fmean
 
 import numpy as np
 
-from hwmodels.spec import Cluster, Device
+from hwmodels.spec import Cluster, Device, _check_positive
 from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 from workloads.errors import HardwareSpecError, UnsupportedOp
 from workloads.graph import Graph, Op
@@ -282,14 +282,6 @@ def weight_bytes(graph: Graph, op: Op) -> int:
     return read
 
 
-def _check_seconds(key: str, seconds: object) -> None:
-    # a bool is an int to Python, never a time
-    if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
-            or not 0 <= seconds < math.inf):
-        raise HardwareSpecError(f"table: {key} must be a finite number >= 0, got "
-                                f"{seconds!r}")
-
-
 class TableCost(CostModel):
     """Explicit times: ``op_times[op][device]`` seconds and, for a tensor crossing devices,
     ``transfer_times[tensor]`` seconds (any pair of distinct devices, as in the scheduling
@@ -328,9 +320,9 @@ class TableCost(CostModel):
         for op, row in self.table.items():
             for device, seconds in row.items():
                 cluster.device(device)
-                _check_seconds(f"op_time_s.{op}.{device}", seconds)
+                _check_positive("table", f"op_time_s.{op}.{device}", seconds, allow_zero=True)
         for tensor, seconds in self.transfers.items():
-            _check_seconds(f"transfer_time_s.{tensor}", seconds)
+            _check_positive("table", f"transfer_time_s.{tensor}", seconds, allow_zero=True)
 
     @classmethod
     def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:

@@ -431,7 +431,13 @@ class Graph:
     @classmethod
     def load(cls, path: str | Path) -> Graph:
         """Read a graph JSON file (:meth:`to_json`'s output)."""
-        from workloads.io import check_room, read_text
+        return cls.from_json(read_graph_text(path), source=str(path))
 
-        check_room(path, LOAD_BYTES_PER_FILE_BYTE, GraphError, "graph file")
-        return cls.from_json(read_text(path, GraphError, "graph file"), source=str(path))
+
+def read_graph_text(path: str | Path) -> str:
+    """The text of graph file ``path``, refused in one line if it cannot be read or if
+    loading it would need more memory than is left (see :func:`workloads.io.check_room`)."""
+    from workloads.io import check_room, read_text
+
+    check_room(path, LOAD_BYTES_PER_FILE_BYTE, GraphError, "graph file")
+    return read_text(path, GraphError, "graph file")

@@ -33,22 +33,14 @@ _MODE = _file_mode()
 STDOUT = "-"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
-
-
 def _clean_stale(path: Path) -> None:
     """Remove temporary files an interrupted writer of ``path`` left (their process is
     gone); a live writer's are kept."""
+    import psutil
+
     for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
         parts = tmp.name[len(path.name) + 2:].split(".")
-        if parts and parts[0].isdigit() and not _pid_alive(int(parts[0])):
+        if parts and parts[0].isdigit() and not psutil.pid_exists(int(parts[0])):
             tmp.unlink(missing_ok=True)
 
 
