@@ -5,6 +5,8 @@ alone), and the contention-free replay."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hwmodels import Cluster, Device, Link, RooflineCost
 from policies import Plan
@@ -172,3 +174,47 @@ def test_a_tick_the_clock_reads_an_ulp_early_does_not_stall_fair_sharing() -> No
     fair = simulate(plan, cluster, cost, links="fair")
     assert fair.feasible, fair.reason
     assert fair.makespan_s >= free.makespan_s
+
+
+def textbook_max_min(routes: dict[int, tuple[str, ...]], capacity: dict[str, float]
+                     ) -> dict[int, float]:
+    """Progressive filling written the plain way: scan every channel for the smallest fair
+    share (the first seen among equals), give it to the channel's flows, repeat."""
+    users: dict[str, list[int]] = {}
+    for k, route in routes.items():
+        for c in route:
+            users.setdefault(c, []).append(k)
+    left = {c: capacity[c] for c in users}
+    count = {c: len(u) for c, u in users.items()}
+    rate: dict[int, float] = {}
+    while len(rate) < len(routes):
+        channel = min((c for c in count if count[c]), key=lambda c: left[c] / count[c])
+        share = left[channel] / count[channel]
+        for k in users[channel]:
+            if k not in rate:
+                rate[k] = share
+                for c in routes[k]:
+                    left[c] -= share
+                    count[c] -= 1
+    return rate
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fair_shares_equal_textbook_progressive_filling_to_the_bit(data) -> None:  # type: ignore[no-untyped-def]
+    from types import SimpleNamespace
+
+    from sim.links import FairSharing
+
+    channels = [f"c{i}" for i in range(data.draw(st.integers(1, 12)))]
+    # capacities from a small set, so that equal shares (ties) are common
+    capacity = {c: data.draw(st.sampled_from([1e9, 2e9, 3e9, 4.5e9, 7e9])) for c in channels}
+    n = data.draw(st.integers(1, 40))
+    routes = {k: tuple(data.draw(st.lists(st.sampled_from(channels), min_size=1, max_size=3,
+                                          unique=True))) for k in range(n)}
+    flows_on: dict[str, dict[int, None]] = {c: {} for c in channels}
+    for k, route in routes.items():
+        for c in route:
+            flows_on[c][k] = None
+    state = SimpleNamespace(t_channels=routes, flows_on=flows_on, channel_capacity=capacity)
+    assert FairSharing._share(state, list(routes)) == textbook_max_min(routes, capacity)
