@@ -1,8 +1,10 @@
 """The discrete-event simulator: a Plan executed on a Cluster under a CostModel.
 
-Events are simpy timeouts with callbacks, one per op and one per transfer; there is no
-generator process per op. State lives in flat per-op arrays so that the hot path is a few
-list operations per event.
+Events are callbacks on an event queue of its own (:mod:`sim.events`), one per op and one
+per transfer; there is no generator process per op. A run is one :class:`Simulation`
+composed of parts chosen per run: an issue order, a link model (:mod:`sim.links`) and, on
+shared hosts, :class:`sim.hosts.HostSharing`. State lives in flat per-op arrays so that
+the hot path is a few list operations per event.
 
 Model (documented in the README and tested in ``tests/sim``):
 
@@ -32,29 +34,94 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
-import simpy
-from simpy.events import NORMAL, Event
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
-from sim.hosts import shared_hosts, with_hosts
-from sim.links import FairSharing, NoContention
-from sim.options import LINK_MODELS, ORDERS
+from sim.events import EventQueue
+from sim.hosts import HostSharing, shared_hosts
+from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.result import SimResult, TraceColumns
 from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 
-__all__ = ["ORDERS", "simulate"]
+__all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "simulate"]
 
 
-class _Simulation:
-    """One run in plan order; :class:`_PrioritySimulation` overrides the issue rule.
+class IssueOrder:
+    """How a device picks its next op: one part of a :class:`Simulation`.
+
+    :meth:`try_start` is the whole interface: start what may start on device ``d`` (called
+    whenever a stream frees or an op there becomes ready). :attr:`ready`, where not None, is
+    told of each op once all its inputs are on its device.
+    """
+
+    name: ClassVar[str] = ""
+    ready: Callable[[int], None] | None = None
+
+    def __init__(self, run: Simulation) -> None:
+        self.run = run
+
+    def try_start(self, d: int) -> None:
+        raise NotImplementedError
+
+
+class PlanOrder(IssueOrder):
+    """Each device starts its ops in plan order; a ready op waits behind an unready one."""
+
+    name = "plan"
+
+    def try_start(self, d: int) -> None:
+        run = self.run
+        order, free, pending = run.order[d], run.free_streams[d], run.pending
+        nxt = run.next[d]
+        start_op = run.start_op
+        while free and nxt < len(order) and pending[order[nxt]] == 0:
+            start_op(order[nxt], d, free.pop())
+            nxt += 1
+        run.next[d] = nxt
+
+
+class PriorityOrder(IssueOrder):
+    """Each device starts its ready op of highest plan priority (ties: topological)."""
+
+    name = "priority"
+
+    def __init__(self, run: Simulation) -> None:
+        super().__init__(run)
+        plan = run.plan
+        if plan is None or not plan.priority:
+            raise PlacementError(f"simulate: order 'priority' needs op priorities in the "
+                                 f"plan; policy {getattr(plan, 'policy', '')!r} gave none")
+        self.key = [(-plan.priority.get(name, 0.0), i) for i, name in enumerate(run.names)]
+        self.queues: list[list[tuple[float, int]]] = [[] for _ in run.devices]
+        self.ready = self._ready
+
+    def _ready(self, op: int) -> None:
+        heapq.heappush(self.queues[self.run.op_dev[op]], self.key[op])
+
+    def try_start(self, d: int) -> None:
+        run = self.run
+        queue, free = self.queues[d], run.free_streams[d]
+        while free and queue:
+            op = heapq.heappop(queue)[1]
+            run.next[d] += 1
+            run.start_op(op, d, free.pop())
+
+
+class Simulation:
+    """One run: the state of a plan on a fabric, and the parts that decide what happens.
+
+    The parts (:meth:`compose`): an :class:`IssueOrder` (which op a device starts), a link
+    model (:class:`sim.links.LinkModel`: how transfers share copy engines and links) and,
+    where a cluster's devices share a host, :class:`sim.hosts.HostSharing`. Memory is
+    accounted here; :class:`sim.tenants.SharedRun` accounts it per job.
 
     Device indices are positions in ``devices``: a cluster's devices for one job; for
     several (:mod:`sim.tenants`), one per job and device, whose streams and copy engines
@@ -63,7 +130,7 @@ class _Simulation:
 
     def __init__(self, w: Wiring, cluster: Cluster, devices: Sequence[str],
                  plan: Plan | None = None) -> None:
-        self.env = simpy.Environment()
+        self.env = EventQueue()
         self.plan, self.cluster = plan, cluster
         self.devices = list(devices)
         self.n_dev = len(self.devices)
@@ -72,13 +139,31 @@ class _Simulation:
         self.free_streams = [list(range(cluster.device(d).compute_streams - 1, -1, -1))
                              for d in self.devices]
         self.copy_free = [[0.0] * cluster.device(d).copy_engines for d in self.devices]
-        self.link_free: dict[str, float] = {}
         n = len(self.names)
         self.start, self.stream = [0.0] * n, [0] * n
         self._init_memory(w)
         # bound once: a bound method made per event would be one more allocation each
-        self._on_op_done = self._op_done
-        self._on_transfer_done = self._transfer_done
+        self.on_op_done: Callable[[int], None] = self._op_done
+        self.start_op: Callable[[int, int, int], None] = self._start_op
+        self.ready: Callable[[int], None] | None = None
+        self._inline_plan_order = False
+
+    def compose(self, order: type[IssueOrder], links: type[Any],
+                hosts: tuple[list[int], list[float], list[int] | None] | None = None
+                ) -> Simulation:
+        """Bind the parts: an issue order, a link model and, where devices share a host,
+        their hosts (per device index its host, per host its slowdown, per device index
+        the physical device it is a view of)."""
+        self.issue = order(self)
+        self.ready = self.issue.ready
+        self.try_start = self.issue.try_start
+        # plan order is short enough to run inline at each op's end (half the events)
+        self._inline_plan_order = type(self.issue) is PlanOrder
+        self.links = links(self)
+        self.start_transfer: Callable[[int], None] = self.links.start
+        if hosts is not None:
+            self.hosts = HostSharing(self, *hosts)
+        return self
 
     def _adopt(self, w: Wiring) -> None:
         """The wiring's columns as Python lists: the hot path indexes lists, not arrays
@@ -140,6 +225,16 @@ class _Simulation:
                     f"transfer {self.transfer_names[transfer]!r} requested")
             self._overflow(d, used, what)
 
+    def receive(self, k: int) -> None:
+        """A received copy holds memory on its destination from the transfer's request
+        (in every link model)."""
+        dst = self.t_dst[k]
+        used = self.used[dst] + self.t_bytes[k]
+        self.used[dst] = used
+        self.timeline.extend((self.env.now, dst, used))
+        if used > self.peak[dst]:
+            self._new_peak(dst, used, -1, k)
+
     def _release(self, key: int, d: int) -> None:
         left = self.refs[key] - 1
         self.refs[key] = left
@@ -147,34 +242,20 @@ class _Simulation:
             self.used[d] -= self.key_bytes[key]
             self.timeline.extend((self.env.now, d, self.used[d]))
 
-    # -- issue rule (overridden for priority order) -------------------------------------
-
-    #: Called with an op once all its inputs are on its device (None: nothing to do).
-    _ready: Callable[[int], None] | None = None
-
-    def _try_start(self, d: int) -> None:
-        order, free, pending = self.order[d], self.free_streams[d], self.pending
-        nxt = self.next[d]
-        start_op = self._start_op
-        while free and nxt < len(order) and pending[order[nxt]] == 0:
-            start_op(order[nxt], d, free.pop())
-            nxt += 1
-        self.next[d] = nxt
-
     # -- events -------------------------------------------------------------------------
 
     def run(self) -> None:
-        if self._ready is not None:
+        if self.ready is not None:
             for i, pending in enumerate(self.pending):
                 if pending == 0:
-                    self._ready(i)
+                    self.ready(i)
         for d in range(len(self.devices)):
-            self._try_start(d)
+            self.try_start(d)
         self.env.run()
 
     def _start_op(self, op: int, d: int, stream: int) -> None:
         env = self.env
-        now, duration = env._now, self.op_time[op]
+        now = env.now
         alloc = self.alloc[op]
         if alloc:
             used = self.used[d] + alloc
@@ -184,17 +265,12 @@ class _Simulation:
                 self._new_peak(d, used, op, None)
         self.start[op] = now
         self.stream[op] = stream
-        event = Event(env)
-        event._ok = True
-        event._value = op
-        event.callbacks.append(self._on_op_done)
-        env.schedule(event, NORMAL, duration)
+        env.schedule(self.op_time[op], self.on_op_done, op)
 
-    def _op_done(self, event: simpy.Event) -> None:
-        op: int = event._value
+    def _op_done(self, op: int) -> None:
         d = self.op_dev[op]
         self.free_streams[d].append(self.stream[op])
-        used, log, now = self.used, self.timeline.extend, self.env._now
+        used, log, now = self.used, self.timeline.extend, self.env.now
         workspace = self.workspace[op]
         if workspace:
             used[d] -= workspace
@@ -210,7 +286,7 @@ class _Simulation:
             if refs[key] == 0:
                 used[d] -= nbytes[key]
                 log((now, d, used[d]))
-        pending, ready = self.pending, self._ready
+        pending, ready = self.pending, self.ready
         for reader in self.wake[self.wake_off[op]:self.wake_off[op + 1]]:
             pending[reader] -= 1
             if pending[reader] == 0 and ready is not None:
@@ -218,61 +294,28 @@ class _Simulation:
         first, last = self.send_off[op], self.send_off[op + 1]
         if first < last:
             for k in self.send[first:last]:
-                self._start_transfer(k)
-        if ready is not None:
-            self._try_start(d)
+                self.start_transfer(k)
+        if not self._inline_plan_order:
+            self.try_start(d)
             return
         order, free, nxt = self.order[d], self.free_streams[d], self.next[d]
-        if free and nxt < len(order) and pending[order[nxt]] == 0:  # _try_start, inlined
-            start_op = self._start_op
+        if free and nxt < len(order) and pending[order[nxt]] == 0:  # PlanOrder, inlined
+            start_op = self.start_op
             while free and nxt < len(order) and pending[order[nxt]] == 0:
                 start_op(order[nxt], d, free.pop())
                 nxt += 1
             self.next[d] = nxt
 
-    def _start_transfer(self, k: int) -> None:
-        env = self.env
-        now = env._now
-        src, dst = self.t_src[k], self.t_dst[k]
-        engines = self.copy_free[src]
-        start = min(engines)
-        engine = engines.index(start)
-        link_free = self.link_free
-        channels = self.t_channels[k]
-        for channel in channels:
-            busy = link_free.get(channel, 0.0)
-            if busy > start:
-                start = busy
-        if now > start:
-            start = now
-        end = start + self.t_duration[k]
-        engines[engine] = end
-        for channel in channels:
-            link_free[channel] = end
-        self.t_start[k], self.t_end[k], self.t_engine[k] = start, end, engine
-        used = self.used[dst] + self.t_bytes[k]
-        self.used[dst] = used
-        self.timeline.extend((now, dst, used))
-        if used > self.peak[dst]:
-            self._new_peak(dst, used, -1, k)
-        event = Event(env)
-        event._ok = True
-        event._value = k
-        event.callbacks.append(self._on_transfer_done)
-        env.schedule(event, NORMAL, end - now)
-
-    def _transfer_done(self, event: simpy.Event) -> None:
-        self._finish_transfer(event._value)
-
-    def _finish_transfer(self, k: int) -> None:
-        """Transfer ``k`` has arrived: free its source copy, wake its readers."""
+    def finish_transfer(self, k: int) -> None:
+        """Transfer ``k`` has arrived (the link model says when): free its source copy,
+        wake its readers."""
         self._release(self.t_key[k], self.t_src[k])
-        pending, ready = self.pending, self._ready
+        pending, ready = self.pending, self.ready
         for reader in self.t_readers[self.t_readers_off[k]:self.t_readers_off[k + 1]]:
             pending[reader] -= 1
             if pending[reader] == 0 and ready is not None:
                 ready(reader)
-        self._try_start(self.t_dst[k])
+        self.try_start(self.t_dst[k])
 
     # -- result -------------------------------------------------------------------------
 
@@ -319,53 +362,6 @@ class _Simulation:
             collective=frozenset(self.plan.step_of) if self.plan else frozenset())
 
 
-class _PrioritySimulation(_Simulation):
-    """Each device starts its ready op of highest plan priority."""
-
-    def __init__(self, w: Wiring, cluster: Cluster, devices: Sequence[str],
-                 plan: Plan | None = None) -> None:
-        super().__init__(w, cluster, devices, plan)
-        if plan is None or not plan.priority:
-            raise PlacementError(f"simulate: order 'priority' needs op priorities in the "
-                                 f"plan; policy {getattr(plan, 'policy', '')!r} gave none")
-        self.key = [(-plan.priority.get(name, 0.0), i) for i, name in enumerate(self.names)]
-        self.queues: list[list[tuple[float, int]]] = [[] for _ in self.devices]
-
-    def _ready(self, op: int) -> None:
-        heapq.heappush(self.queues[self.op_dev[op]], self.key[op])
-
-    def _try_start(self, d: int) -> None:
-        queue, free = self.queues[d], self.free_streams[d]
-        while free and queue:
-            op = heapq.heappop(queue)[1]
-            self.next[d] += 1
-            self._start_op(op, d, free.pop())
-
-
-class _UncontendedSimulation(NoContention, _Simulation):
-    """Plan order, no contention."""
-
-
-class _UncontendedPrioritySimulation(NoContention, _PrioritySimulation):
-    """Priority order, no contention."""
-
-
-class _FairSimulation(FairSharing, _Simulation):
-    """Plan order, links shared max-min fairly."""
-
-
-class _FairPrioritySimulation(FairSharing, _PrioritySimulation):
-    """Priority order, links shared max-min fairly."""
-
-
-_RUNS: dict[tuple[str, str], type[_Simulation]] = {
-    ("plan", "fcfs"): _Simulation, ("priority", "fcfs"): _PrioritySimulation,
-    ("plan", "none"): _UncontendedSimulation,
-    ("priority", "none"): _UncontendedPrioritySimulation,
-    ("plan", "fair"): _FairSimulation, ("priority", "fair"): _FairPrioritySimulation,
-}
-
-
 def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0",
              order: str = "plan", links: str = "fcfs") -> SimResult:
     """Execute ``plan`` on ``cluster`` in simulated time and return the result.
@@ -387,22 +383,16 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     >>> r.feasible and r.makespan_s > 0
     True
     """
-    if order not in ORDERS:
-        raise PlacementError(f"simulate: order must be one of {', '.join(ORDERS)}, "
-                             f"got {order!r}")
-    if links not in LINK_MODELS:
-        raise PlacementError(f"simulate: links must be one of {', '.join(LINK_MODELS)}, "
-                             f"got {links!r}")
+    require(order, ORDER_REGISTRY, ORDERS, "simulate", "order")
+    require(links, LINK_REGISTRY, LINK_MODELS, "simulate", "links")
     plan.validate(cluster)
     check_cost_binding(cost, cluster, "simulate")
     plan = lower(plan, cluster)
     hosts = shared_hosts(cluster)
-    kind = _RUNS[(order, links)]
     with gc_paused():
-        run = (with_hosts(kind) if hosts else kind)(wire(plan, cluster, cost), cluster,
-                                                    cluster.device_names, plan)
-        if hosts:
-            run.use_hosts(*hosts)
+        run = Simulation(wire(plan, cluster, cost), cluster, cluster.device_names, plan)
+        run.compose(ORDER_REGISTRY.get(order), LINK_REGISTRY.get(links),
+                    None if hosts is None else (*hosts, None))
         run.run()
         result = run.result(job)
     result.cost_sources = _sources(cost, plan, np.asarray(run.op_dev, dtype=np.int64),

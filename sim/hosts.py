@@ -12,13 +12,14 @@ of 1, or a device on a host of its own, runs as it does without this model.
 
 from __future__ import annotations
 
-from typing import Any
-
-from simpy.events import NORMAL, Event
+from typing import TYPE_CHECKING
 
 from hwmodels.spec import Cluster
 
-__all__ = ["HostSharing", "shared_hosts", "with_hosts"]
+if TYPE_CHECKING:
+    from sim.engine import Simulation
+
+__all__ = ["HostSharing", "shared_hosts"]
 
 
 def shared_hosts(cluster: Cluster) -> tuple[list[int], list[float]] | None:
@@ -44,30 +45,30 @@ def shared_hosts(cluster: Cluster) -> tuple[list[int], list[float]] | None:
 
 class HostSharing:
     """Ops on devices of a shared host progress at the host's current rate (see the
-    module). Over a simulation class: it takes over the ends of those ops."""
+    module): a part of a run (:class:`sim.engine.Simulation`) that takes over the starts
+    and ends of those ops.
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)  # type: ignore[call-arg]
-        s: Any = self
-        self.host_work = list(s.op_time)  # each op's time alone
-        self.host_left: dict[int, float] = {}  # running op -> its work left at ``settled``
-        self.host_version = [0] * len(s.op_time)
-        self._plain_done = s._on_op_done
-        s._on_op_done = self._base_end  # the plain end event, ignored for shared ops
+    ``device_host`` gives per device index its host (-1: none), ``slowdown`` per host its
+    slowdown; ``physical``, per device index the device it is a view of (several tenants'
+    views of one device count once), itself by default.
+    """
 
-    def use_hosts(self, device_host: list[int], slowdown: list[float],
-                  physical: list[int] | None = None) -> None:
-        """Bind the hosts: per device index its host (-1: none), per host its slowdown;
-        ``physical``, per device index the device it is a view of (several tenants' views
-        of one device count once), itself by default."""
+    def __init__(self, run: Simulation, device_host: list[int], slowdown: list[float],
+                 physical: list[int] | None = None) -> None:
+        self.run = run
         self.device_host, self.host_slowdown = device_host, slowdown
         self.physical_of = physical or list(range(len(device_host)))
         self.host_running: list[dict[int, int]] = [{} for _ in slowdown]  # op -> device
         self.host_settled = [0.0] * len(slowdown)
         self.host_rate = [1.0] * len(slowdown)
+        self.host_work = list(run.op_time)  # each op's time alone
+        self.host_left: dict[int, float] = {}  # running op -> its work left at ``settled``
+        self.host_version = [0] * len(run.op_time)
+        self._plain_start, self._plain_done = run.start_op, run.on_op_done
+        run.start_op, run.on_op_done = self._start_op, self._base_end
 
     def _start_op(self, op: int, d: int, stream: int) -> None:
-        super()._start_op(op, d, stream)  # type: ignore[misc]
+        self._plain_start(op, d, stream)
         h = self.device_host[d]
         if h >= 0:
             self._settle(h)
@@ -75,29 +76,27 @@ class HostSharing:
             self.host_running[h][op] = d
             self._foresee(h)
 
-    def _base_end(self, event: Event) -> None:
-        s: Any = self
-        if self.device_host[s.op_dev[event._value]] < 0:
-            self._plain_done(event)
+    def _base_end(self, op: int) -> None:
+        """The plain end event, ignored for ops on a shared host (their end is foreseen
+        here)."""
+        if self.device_host[self.run.op_dev[op]] < 0:
+            self._plain_done(op)
 
-    def _shared_end(self, event: Event) -> None:
-        op, version = event._value
+    def _shared_end(self, at: tuple[int, int]) -> None:
+        op, version = at
         if version != self.host_version[op]:
             return  # foreseen before the host's rate changed
-        s: Any = self
-        h = self.device_host[s.op_dev[op]]
+        run = self.run
+        h = self.device_host[run.op_dev[op]]
         self._settle(h)
         del self.host_running[h][op], self.host_left[op]
-        s.op_time[op] = s.env._now - s.start[op]
+        run.op_time[op] = run.env.now - run.start[op]
         self._foresee(h)
-        done = Event(s.env)
-        done._value = op
-        self._plain_done(done)
+        self._plain_done(op)
 
     def _settle(self, h: int) -> None:
         """Charge the host's running ops the work done since the last change."""
-        s: Any = self
-        now = s.env._now
+        now = self.run.env.now
         done = (now - self.host_settled[h]) * self.host_rate[h]
         for op in self.host_running[h]:
             self.host_left[op] -= done
@@ -105,24 +104,10 @@ class HostSharing:
 
     def _foresee(self, h: int) -> None:
         """The host's rate for the devices now busy, and each running op's end at it."""
-        s: Any = self
         busy = len({self.physical_of[d] for d in self.host_running[h].values()})
         self.host_rate[h] = 1.0 / (1.0 + (self.host_slowdown[h] - 1.0) * max(busy - 1, 0))
+        schedule = self.run.env.schedule
         for op in self.host_running[h]:
             self.host_version[op] += 1
-            event = Event(s.env)
-            event._ok = True
-            event._value = (op, self.host_version[op])
-            event.callbacks.append(self._shared_end)
-            s.env.schedule(event, NORMAL, max(self.host_left[op], 0.0) / self.host_rate[h])
-
-
-_CLASSES: dict[type, type] = {}
-
-
-def with_hosts(run: type) -> type:
-    """``run`` (a simulation class) with :class:`HostSharing` over it."""
-    if run not in _CLASSES:
-        _CLASSES[run] = type(f"Shared{run.__name__}", (HostSharing, run),
-                             {"__doc__": HostSharing.__doc__})
-    return _CLASSES[run]
+            schedule(max(self.host_left[op], 0.0) / self.host_rate[h], self._shared_end,
+                     (op, self.host_version[op]))

@@ -1,6 +1,9 @@
-"""How transfers share copy engines and links: the simulator's link models beyond its
-default (first come first served, in :mod:`sim.engine`).
+"""How transfers share copy engines and links: the link models, one part of a run
+(:class:`sim.engine.Simulation`), registered by name in :data:`sim.options.LINK_REGISTRY`.
 
+* ``fcfs`` (:class:`FirstComeFirstServed`, the default): a transfer needs one copy engine of
+  its source and every link channel of its route for its whole duration, each serving one
+  transfer at a time, first come first served.
 * ``none`` (:class:`NoContention`): every transfer starts when its tensor is ready and
   takes the contention-free time, the model list schedulers plan with.
 * ``fair`` (:class:`FairSharing`): the flow model of SimGrid and of network simulators.
@@ -10,51 +13,87 @@ default (first come first served, in :mod:`sim.engine`).
   filling), recomputed whenever a flow starts or ends. A flow alone takes exactly the cost
   model's contention-free time.
 
-They are mixins over the simulation classes of :mod:`sim.engine`, overriding how a
-transfer starts; the rest of a run (compute, memory, trace) is shared.
+A link model is told when a transfer's tensor is ready on its source (:meth:`LinkModel.start`)
+and says when it has arrived (``run.finish_transfer``); the rest of a run (compute, memory,
+trace) is shared.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar
 
-from simpy.events import NORMAL, Event
+if TYPE_CHECKING:
+    from sim.engine import Simulation
 
-__all__ = ["FairSharing", "NoContention"]
-
-
-def _event(sim: Any, delay: float, value: Any, callback: Any) -> None:
-    event = Event(sim.env)
-    event._ok = True
-    event._value = value
-    event.callbacks.append(callback)
-    sim.env.schedule(event, NORMAL, delay)
+__all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention"]
 
 
-def _charge_receiver(sim: Any, k: int) -> None:
-    """A received copy holds memory from the transfer's request (as in every model)."""
-    dst = sim.t_dst[k]
-    used = sim.used[dst] + sim.t_bytes[k]
-    sim.used[dst] = used
-    sim.timeline.extend((sim.env._now, dst, used))
-    if used > sim.peak[dst]:
-        sim._new_peak(dst, used, -1, k)
+class LinkModel:
+    """How transfers share copy engines and links. :meth:`start` is the whole interface:
+    charge the receiver (``run.receive``), record the transfer's start, end and engine
+    (``run.t_start``, ``t_end``, ``t_engine``) and call ``run.finish_transfer`` at its end."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, run: Simulation) -> None:
+        self.run = run
+
+    def start(self, k: int) -> None:
+        """Transfer ``k``'s tensor is ready on its source (at ``run.env.now``)."""
+        raise NotImplementedError
 
 
-class NoContention:
+class FirstComeFirstServed(LinkModel):
+    """Each copy engine and link channel carries one transfer at a time, first come first
+    served; a transfer holds its whole route at the bottleneck rate."""
+
+    name = "fcfs"
+
+    def __init__(self, run: Simulation) -> None:
+        super().__init__(run)
+        self.link_free: dict[str, float] = {}
+
+    def start(self, k: int) -> None:
+        run = self.run
+        env = run.env
+        now = env.now
+        engines = run.copy_free[run.t_src[k]]
+        start = min(engines)
+        engine = engines.index(start)
+        link_free = self.link_free
+        channels = run.t_channels[k]
+        for channel in channels:
+            busy = link_free.get(channel, 0.0)
+            if busy > start:
+                start = busy
+        if now > start:
+            start = now
+        end = start + run.t_duration[k]
+        engines[engine] = end
+        for channel in channels:
+            link_free[channel] = end
+        run.t_start[k], run.t_end[k], run.t_engine[k] = start, end, engine
+        run.receive(k)
+        env.schedule(end - now, run.finish_transfer, k)
+
+
+class NoContention(LinkModel):
     """Copy engines and links without limit."""
 
-    def _start_transfer(self: Any, k: int) -> None:
-        now = self.env._now
-        end = now + self.t_duration[k]
-        self.t_start[k], self.t_end[k], self.t_engine[k] = now, end, 0
-        _charge_receiver(self, k)
-        _event(self, end - now, k, self._on_transfer_done)
+    name = "none"
+
+    def start(self, k: int) -> None:
+        run = self.run
+        now = run.env.now
+        end = now + run.t_duration[k]
+        run.t_start[k], run.t_end[k], run.t_engine[k] = now, end, 0
+        run.receive(k)
+        run.env.schedule(end - now, run.finish_transfer, k)
 
 
-class FairSharing:
+class FairSharing(LinkModel):
     """Max-min fair bandwidth sharing among the flows active on each link channel.
 
     Incremental: a flow that starts or ends changes the rates of its component only (the
@@ -62,17 +101,19 @@ class FairSharing:
     rate and its foreseen end. A flow's bytes left are settled only when its rate changes.
     """
 
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)  # type: ignore[call-arg]
-        s: Any = self
+    name = "fair"
+
+    def __init__(self, run: Simulation) -> None:
+        super().__init__(run)
+        self.env, self.t_channels = run.env, run.t_channels
         routes: dict[tuple[int, int], tuple[float, float]] = {}
         self.channel_capacity: dict[str, float] = {}
         self.f_latency: list[float] = []
         self.f_volume: list[float] = []
-        for k in range(len(s.t_src)):
-            key = (s.t_src[k], s.t_dst[k])
+        for k in range(len(run.t_src)):
+            key = (run.t_src[k], run.t_dst[k])
             if key not in routes:
-                hops = s.cluster.route(s.devices[key[0]], s.devices[key[1]])
+                hops = run.cluster.route(run.devices[key[0]], run.devices[key[1]])
                 for hop in hops:
                     self.channel_capacity[hop.channel] = hop.link.bandwidth
                 routes[key] = (sum(h.link.latency_s for h in hops),
@@ -80,15 +121,15 @@ class FairSharing:
             latency, bottleneck = routes[key]
             # The bytes at the bottleneck rate take what the cost model charges beyond the
             # latency (the tensor's bytes for the roofline; a table's time otherwise).
-            self.f_latency.append(min(latency, s.t_duration[k]))
-            self.f_volume.append(max(s.t_duration[k] - latency, 0.0) * bottleneck)
+            self.f_latency.append(min(latency, run.t_duration[k]))
+            self.f_volume.append(max(run.t_duration[k] - latency, 0.0) * bottleneck)
         # Views of one device (several jobs) share its engine list, so its queue too.
         engines: dict[int, list[int]] = {}
         queues: dict[int, deque[int]] = {}
         self.free_engines = [engines.setdefault(id(e), list(range(len(e) - 1, -1, -1)))
-                             for e in s.copy_free]
+                             for e in run.copy_free]
         self.waiting: list[deque[int]] = [queues.setdefault(id(e), deque())
-                                          for e in s.copy_free]
+                                          for e in run.copy_free]
         self.flows_on: dict[str, dict[int, None]] = {c: {} for c in self.channel_capacity}
         self.remaining: dict[int, float] = {}  # bytes left at ``settled[k]``
         self.settled: dict[int, float] = {}
@@ -96,30 +137,28 @@ class FairSharing:
         self.ends: list[tuple[float, int, int]] = []  # (foreseen end, flow, version)
         self.version: dict[int, int] = {}
         self.next_tick = float("inf")
-        self._on_flowing = self._flowing
-        self._on_tick = self._tick
 
     # -- engines and latency ----------------------------------------------------------------
 
-    def _start_transfer(self: Any, k: int) -> None:
-        _charge_receiver(self, k)
-        src = self.t_src[k]
+    def start(self, k: int) -> None:
+        self.run.receive(k)
+        src = self.run.t_src[k]
         if self.free_engines[src]:
             self._begin(k)
         else:
             self.waiting[src].append(k)
 
-    def _begin(self: Any, k: int) -> None:
-        self.t_engine[k] = self.free_engines[self.t_src[k]].pop()
-        self.t_start[k] = self.env._now
-        _event(self, self.f_latency[k], k, self._on_flowing)
+    def _begin(self, k: int) -> None:
+        run = self.run
+        run.t_engine[k] = self.free_engines[run.t_src[k]].pop()
+        run.t_start[k] = self.env.now
+        self.env.schedule(self.f_latency[k], self._flowing, k)
 
-    def _flowing(self: Any, event: Any) -> None:
-        k: int = event._value
+    def _flowing(self, k: int) -> None:
         if self.f_volume[k] <= 0.0:
             self._complete(k)
             return
-        now = self.env._now
+        now = self.env.now
         self.remaining[k], self.settled[k], self.rate[k] = self.f_volume[k], now, 0.0
         channels, alone = self.t_channels[k], True
         for channel in channels:
@@ -138,7 +177,7 @@ class FairSharing:
 
     # -- bandwidth ----------------------------------------------------------------------------
 
-    def _component(self: Any, channels: tuple[str, ...]) -> list[int]:
+    def _component(self, channels: tuple[str, ...]) -> list[int]:
         """The active flows linked to ``channels`` through shared channels, transitively."""
         seen_channels = set(channels)
         stack, flows = list(channels), dict[int, None]()
@@ -152,7 +191,7 @@ class FairSharing:
                             stack.append(c)
         return list(flows)
 
-    def _share(self: Any, flows: list[int]) -> dict[int, float]:
+    def _share(self, flows: list[int]) -> dict[int, float]:
         """Progressive filling over one component: the channel with the smallest fair share
         fixes the rate of its flows; remove them and repeat.
 
@@ -194,12 +233,12 @@ class FairSharing:
                     heapq.heappush(heap, (left[c] / count[c], order[c], c))
         return rate
 
-    def _reshare(self: Any, flows: list[int]) -> None:
+    def _reshare(self, flows: list[int]) -> None:
         """Settle the component's flows at their old rates, give them new ones, foresee
         their ends."""
         if not flows:
             return
-        now = self.env._now
+        now = self.env.now
         remaining, settled, rate, version = self.remaining, self.settled, self.rate, self.version
         for k, new in self._share(flows).items():
             remaining[k] -= rate[k] * (now - settled[k])
@@ -208,7 +247,7 @@ class FairSharing:
             heapq.heappush(self.ends, (now + max(remaining[k], 0.0) / new, k, version[k]))
         self._schedule_tick()
 
-    def _schedule_tick(self: Any) -> None:
+    def _schedule_tick(self) -> None:
         ends, version = self.ends, self.version
         if len(ends) > 64 and len(ends) > 4 * len(version):
             # Most entries were foreseen under rates that have changed since: drop them at
@@ -218,15 +257,15 @@ class FairSharing:
             heapq.heapify(ends)
         while ends and ends[0][2] != version.get(ends[0][1]):
             heapq.heappop(ends)  # foreseen under a rate that has changed since
-        if ends and (ends[0][0] < self.next_tick or self.next_tick <= self.env._now):
+        if ends and (ends[0][0] < self.next_tick or self.next_tick <= self.env.now):
             self.next_tick = ends[0][0]
-            _event(self, self.next_tick - self.env._now, None, self._on_tick)
+            self.env.schedule(self.next_tick - self.env.now, self._tick, None)
 
-    def _tick(self: Any, event: Any) -> None:
+    def _tick(self, _unused: None) -> None:
         # This tick has fired (the clock may read it an ulp early: now + (t - now) need
         # not round to t), so none is pending until _schedule_tick books the next.
         self.next_tick = float("inf")
-        now, ends, version = self.env._now, self.ends, self.version
+        now, ends, version = self.env.now, self.ends, self.version
         # The flows foreseen to end by now end now, by name: waiting for a remainder that
         # rounding left would stall time (a tick too small to move the clock).
         done: list[int] = []
@@ -247,10 +286,11 @@ class FairSharing:
             self._reshare(self._component(tuple(channels)))
         self._schedule_tick()
 
-    def _complete(self: Any, k: int) -> None:
-        self.t_end[k] = self.env._now
-        src = self.t_src[k]
-        self.free_engines[src].append(self.t_engine[k])
+    def _complete(self, k: int) -> None:
+        run = self.run
+        run.t_end[k] = self.env.now
+        src = run.t_src[k]
+        self.free_engines[src].append(run.t_engine[k])
         if self.waiting[src]:
             self._begin(self.waiting[src].popleft())
-        self._finish_transfer(k)
+        run.finish_transfer(k)

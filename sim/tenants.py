@@ -22,17 +22,15 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from simpy.events import NORMAL, Event
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
-from sim.engine import _Simulation, simulate
-from sim.hosts import shared_hosts, with_hosts
-from sim.links import FairSharing, NoContention
-from sim.options import LINK_MODELS
+from sim.engine import IssueOrder, Simulation, simulate
+from sim.hosts import shared_hosts
+from sim.options import LINK_MODELS, LINK_REGISTRY, require
 from sim.result import TraceColumns
 from sim.sharing import SharingPolicy, make_sharing
 from sim.wiring import Wiring, combine, wire
@@ -127,10 +125,11 @@ def _json(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
-class SharedRun(_Simulation):
+class SharedRun(Simulation):
     """Several jobs on one fabric, in each job's plan order, ordered between jobs by a
     :class:`~sim.sharing.SharingPolicy`. Device index ``v`` is job ``v // n`` 's view of
-    physical device ``v % n``."""
+    physical device ``v % n``. Its issue order is :class:`SharedOrder`; a failed job
+    sends nothing more (its running ops still finish)."""
 
     def __init__(self, jobs: Sequence[Job], wirings: Sequence[Wiring], cluster: Cluster,
                  sharing: SharingPolicy) -> None:
@@ -258,16 +257,22 @@ class SharedRun(_Simulation):
 
     # -- jobs arrive, begin, end --------------------------------------------------------
 
+    def compose(self, order: type[IssueOrder], links: type[Any],
+                hosts: tuple[list[int], list[float], list[int] | None] | None = None
+                ) -> SharedRun:
+        super().compose(order, links, hosts)
+        self._send = self.start_transfer
+        self.start_transfer = self._gated
+        return self
+
+    def _gated(self, k: int) -> None:
+        if not self.dead[self.t_job[k]]:
+            self._send(k)
+
     def run(self) -> None:
         for j, job in enumerate(self.jobs):
-            self.env.schedule(self._callback(self._arrive, j), NORMAL, job.arrival_s)
+            self.env.schedule(job.arrival_s, self._arrive, j)
         super().run()
-
-    def _callback(self, fn: Any, value: int) -> Event:
-        event = Event(self.env)
-        event._ok, event._value = True, value
-        event.callbacks.append(lambda e: fn(e._value))
-        return event
 
     def _arrive(self, j: int) -> None:
         self.arrived.append(j)
@@ -293,7 +298,7 @@ class SharedRun(_Simulation):
                 self._finish_job(j)
             for v in views:
                 self._queue_head(v)
-                self._try_start(v)
+                self.try_start(v)
 
     def _finish_job(self, j: int) -> None:
         self.end_s[j] = self.env.now
@@ -304,19 +309,12 @@ class SharedRun(_Simulation):
                 self.timeline.extend((self.env.now, v, self.used[v]))
         self._admit_arrived()
 
-    def _op_done(self, event: Any) -> None:
-        super()._op_done(event)
-        j = self.op_job[event._value]
+    def _op_done(self, op: int) -> None:
+        super()._op_done(op)
+        j = self.op_job[op]
         self.left[j] -= 1
         if self.left[j] == 0 and not self.dead[j]:
             self._finish_job(j)
-
-    # -- the issue rule -----------------------------------------------------------------
-
-    def _ready(self, op: int) -> None:
-        v = self.op_dev[op]
-        if self.next[v] < len(self.order[v]) and self.order[v][self.next[v]] == op:
-            self._queue_head(v)
 
     def _queue_head(self, v: int) -> None:
         """Queue view ``v``'s next op if its job may run and the op's inputs are there."""
@@ -330,16 +328,6 @@ class SharedRun(_Simulation):
             self.queued_at[op], self.seq[op] = self.env.now, self._seq
             self._seq += 1
             self.sharing.queued(self, op)
-
-    def _try_start(self, d: int) -> None:
-        queue, free = self.queue[d], self.free_streams[d]
-        while free and queue:
-            v = min(queue, key=lambda u: self.sharing.key(self, queue[u]))
-            op = queue.pop(v)
-            self.next[v] += 1
-            self.sharing.started(self, op)
-            self._start_op(op, v, free.pop())
-            self._queue_head(v)
 
     # -- result -------------------------------------------------------------------------
 
@@ -436,27 +424,36 @@ class SharedRun(_Simulation):
         return out
 
 
-class _Gated:
-    """A failed job sends nothing more (its running ops still finish)."""
+class SharedOrder(IssueOrder):
+    """The issue order of several jobs: each view queues its next op in plan order once
+    its inputs are there, and a freed stream goes to the queued op the run's sharing
+    policy ranks first."""
 
-    def _start_transfer(self: Any, k: int) -> None:
-        if not self.dead[self.t_job[k]]:
-            super()._start_transfer(k)  # type: ignore[misc]
+    name = "shared"
+    run: SharedRun
 
+    def __init__(self, run: Simulation) -> None:
+        if not isinstance(run, SharedRun):
+            raise TypeError(f"SharedOrder: expected a SharedRun, got {type(run).__name__}")
+        super().__init__(run)
+        self.ready = self._ready
 
-class _Fcfs(_Gated, SharedRun):
-    """Transfers first come first served."""
+    def _ready(self, op: int) -> None:
+        run = self.run
+        v = run.op_dev[op]
+        if run.next[v] < len(run.order[v]) and run.order[v][run.next[v]] == op:
+            run._queue_head(v)
 
-
-class _Uncontended(_Gated, NoContention, SharedRun):
-    """Transfers without contention."""
-
-
-class _Fair(_Gated, FairSharing, SharedRun):
-    """Links shared max-min fairly."""
-
-
-_RUNS = {"fcfs": _Fcfs, "none": _Uncontended, "fair": _Fair}
+    def try_start(self, d: int) -> None:
+        run = self.run
+        queue, free, sharing = run.queue[d], run.free_streams[d], run.sharing
+        while free and queue:
+            v = min(queue, key=lambda u: sharing.key(run, queue[u]))
+            op = queue.pop(v)
+            run.next[v] += 1
+            sharing.started(run, op)
+            run.start_op(op, v, free.pop())
+            run._queue_head(v)
 
 
 def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel, *,
@@ -475,9 +472,7 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
     >>> round(float(r.jobs["slowdown"].max()), 1), r.fairness < 1
     (2.0, True)
     """
-    if links not in LINK_MODELS:
-        raise PlacementError(f"simulate_jobs: links must be one of {', '.join(LINK_MODELS)}"
-                             f", got {links!r}")
+    require(links, LINK_REGISTRY, LINK_MODELS, "simulate_jobs", "links")
     policy = make_sharing(sharing)
     given = [j if isinstance(j, Job) else Job(j) for j in jobs]
     if not given:
@@ -496,12 +491,12 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
     check_cost_binding(cost, cluster, "simulate_jobs")
     alone = [simulate(j.plan, cluster, cost, job=j.name, links=links).makespan_s
              for j in named]
-    hosts, kind, n = shared_hosts(cluster), _RUNS[links], len(cluster.devices)
+    hosts, n = shared_hosts(cluster), len(cluster.devices)
+    views = range(n * len(named))
     with gc_paused():
-        run = (with_hosts(kind) if hosts else kind)(
-            named, [wire(j.plan, cluster, cost) for j in named], cluster, policy)
-        if hosts:
-            views = range(n * len(named))
-            run.use_hosts([hosts[0][v % n] for v in views], hosts[1], [v % n for v in views])
+        run = SharedRun(named, [wire(j.plan, cluster, cost) for j in named], cluster, policy)
+        run.compose(SharedOrder, LINK_REGISTRY.get(links),
+                    None if hosts is None else
+                    ([hosts[0][v % n] for v in views], hosts[1], [v % n for v in views]))
         run.run()
         return run.tenant_result(policy.name, links, alone)

@@ -172,17 +172,17 @@ def test_a_result_does_not_keep_the_simulation_alive() -> None:
     plan = Plan(graph, {op.name: f"d{i % 2}" for i, op in enumerate(graph)},
                 order_by_priority(graph, {op.name: f"d{i % 2}" for i, op in enumerate(graph)}))
     runs: list[weakref.ref] = []
-    original = engine._Simulation.run
+    original = engine.Simulation.run
 
     def spy(self) -> None:
         runs.append(weakref.ref(self))
         original(self)
 
-    engine._Simulation.run = spy
+    engine.Simulation.run = spy
     try:
         result = simulate(plan, cluster, FixedCost(cluster))
     finally:
-        engine._Simulation.run = original
+        engine.Simulation.run = original
     gc.collect()
     assert runs and runs[0]() is None
     assert len(result.trace) == 50 + len(plan.transfers)
