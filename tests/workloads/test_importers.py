@@ -627,3 +627,99 @@ def test_torch_frozen_weights_are_state_not_parameters_however_they_are_read() -
     g = _imported(net, torch.zeros(2, 8))
     assert g.params == sum(p.numel() for p in net.parameters() if p.requires_grad) == 36
     assert sum(op.param_bytes for op in g) == 4 * sum(p.numel() for p in net.parameters())
+
+
+def test_shifted_window_attention_exported_by_torch_imports_and_names_folded_constants(
+        tmp_path: Path) -> None:
+    # Swin's block as the legacy exporter writes it: the window padding is shape
+    # arithmetic over a padded tensor (Shape, Gather, Div), and the relative position bias
+    # (a table gathered by an index buffer) and the shift mask are folded into constants.
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    import re
+
+    import torch.nn.functional as F
+
+    from workloads.importers import import_onnx
+
+    class WindowAttention(torch.nn.Module):
+        def __init__(self, dim: int = 32, heads: int = 2, win: int = 4) -> None:
+            super().__init__()
+            self.heads, self.win, self.shift = heads, win, win // 2
+            self.qkv, self.proj = torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+            self.table = torch.nn.Parameter(torch.randn((2 * win - 1) ** 2, heads))
+            ys, xs = torch.meshgrid(torch.arange(win), torch.arange(win), indexing="ij")
+            at = torch.stack([ys.flatten(), xs.flatten()])
+            rel = (at[:, :, None] - at[:, None, :]).permute(1, 2, 0) + win - 1
+            self.register_buffer("index", (rel[..., 0] * (2 * win - 1) + rel[..., 1]).flatten())
+
+        def forward(self, x):  # type: ignore[no-untyped-def]
+            b, h, w, c = x.shape
+            win, heads, area = self.win, self.heads, self.win * self.win
+            x = F.pad(x, (0, 0, 0, (win - w % win) % win, 0, (win - h % win) % win))
+            _, ph, pw, _ = x.shape
+            n = (ph // win) * (pw // win)
+            x = torch.roll(x, shifts=(-self.shift, -self.shift), dims=(1, 2))
+            x = x.view(b, ph // win, win, pw // win, win, c).permute(0, 1, 3, 2, 4, 5)
+            x = x.reshape(b * n, area, c)
+            q, k, v = self.qkv(x).reshape(b * n, area, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-2, -1) * (c // heads) ** -0.5
+            bias = self.table[self.index].view(area, area, -1).permute(2, 0, 1)
+            scores = scores + bias.unsqueeze(0)
+            mask = x.new_zeros((ph, pw))
+            label = 0
+            for hs in ((0, -win), (-win, -self.shift), (-self.shift, None)):
+                for ws in ((0, -win), (-win, -self.shift), (-self.shift, None)):
+                    mask[hs[0]:hs[1], ws[0]:ws[1]] = label
+                    label += 1
+            mask = mask.view(ph // win, win, pw // win, win).permute(0, 2, 1, 3).reshape(n, area)
+            mask = (mask.unsqueeze(1) - mask.unsqueeze(2)).masked_fill(
+                mask.unsqueeze(1) != mask.unsqueeze(2), -100.0)
+            scores = scores.view(b, n, heads, area, area) + mask.unsqueeze(1).unsqueeze(0)
+            attn = scores.view(-1, heads, area, area).softmax(-1)
+            return self.proj((attn @ v).transpose(1, 2).reshape(b * n, area, c))
+
+    net, path = WindowAttention().eval(), tmp_path / "window.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's own notes
+        torch.onnx.export(net, (torch.randn(1, 10, 10, 32),), str(path), dynamo=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        g = import_onnx(path)  # refused over an unknown dimension before
+    (note,) = [str(w.message) for w in caught if "exporter may have" in str(w.message)]
+    flagged = int(re.search(r": ([\d,]+) parameters", note).group(1).replace(",", ""))
+    trained = sum(p.numel() for p in net.parameters())
+    # the gathered bias (16 x 16 per head against a 7 x 7 table) and the mask are counted,
+    # and the warning accounts for all of the excess
+    assert g.params > trained >= g.params - flagged
+    assert "'/Add'" in note
+
+
+def test_repetitive_constants_outside_weight_inputs_are_named_and_nothing_else(
+        tmp_path: Path) -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    from workloads.importers import import_onnx
+
+    np = pytest.importorskip("numpy")
+    inits = [numpy_helper.from_array(np.ones((8, 8), np.float32), "w"),
+             numpy_helper.from_array(np.ones(8, np.float32), "b"),
+             numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(2, 8), "pos"),
+             numpy_helper.from_array(np.tile(np.arange(4, dtype=np.float32), 4).reshape(2, 8),
+                                     "table")]
+    # a weight, a bias and a position embedding of distinct values: parameters, silently;
+    # a constant of four values repeated: named
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+             helper.make_node("Add", ["hb", "pos"], ["hp"], name="pos_add"),
+             helper.make_node("Add", ["hp", "table"], ["y"], name="folded")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [2, 8])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [2, 8])], inits)
+    path = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.warns(UserWarning, match=r"m\.onnx: 16 parameters \(15\.4% of 104\) are "
+                                         r"constants holding fewer distinct values than half "
+                                         r"their elements, read by 1 op\(s\) .*: 'folded' "
+                                         r"\(16\)$"):
+        g = import_onnx(path)
+    assert g.params == 104

@@ -6,9 +6,10 @@ bounds). Shape inference propagates some of it (``data_prop``) but not all, and 
 whose shape depends on the rest is left with an unknown dimension. Here every node whose
 inputs are all known is evaluated by ONNX's own reference evaluator (``onnx.reference``)
 and replaced by an initializer holding its result: initializers and ``Constant`` nodes are
-known from the start, ``Shape`` and ``Size`` of a tensor whose shape inference fixed are
-known from that shape. Random generators are never folded; a node the evaluator cannot run
-stays as it is.
+known from the start, ``Shape`` and ``Size`` of a constant or of a tensor whose shape
+inference fixed are known from that shape; a round that folds something is followed by
+shape inference and another round. Random generators are never folded; a node the
+evaluator cannot run stays as it is.
 """
 
 from __future__ import annotations
@@ -79,18 +80,40 @@ def fold_constants(model: Any, base_dir: str = ""
     >>> [i.name for i in folded.graph.initializer], len(folded.graph.node), sources
     (['s2'], 0, {})
     """
-    import onnx
     from onnx import numpy_helper
 
     graph = model.graph
     opset = {o.domain or "": o.version for o in model.opset_import}
+    stored = {i.name for i in graph.initializer}
     known = {i.name: numpy_helper.to_array(i, base_dir) for i in graph.initializer}
     origin: dict[str, tuple[str, ...]] = {n: (n,) for n, v in known.items()
                                           if np.issubdtype(v.dtype, np.floating)}
     sizes = {n: int(known[n].size) for n in origin}
-    shapes = _static_shapes(model)
-    kept, made = [], {}
-    for node in graph.node:
+    made: dict[str, np.ndarray] = {}
+    # A folded value can fix a shape (a Reshape's target, a Pad's pads) that makes a later
+    # Shape known: fold and infer again until a round folds nothing.
+    while True:
+        kept = _fold_round(model, known, origin, sizes, made, opset)
+        if len(kept) == len(model.graph.node):
+            break
+        model = _rewrite(model, kept, made, stored)
+    if not made:
+        return model, {}, {}
+    used = {i for node in model.graph.node for i in node.input} | {
+        o.name for o in model.graph.output}
+    folded = {n: origin[n] for n in made if n in origin and n in used}
+    return model, folded, {src: sizes[src] for srcs in folded.values() for src in srcs}
+
+
+def _fold_round(model: Any, known: dict[str, np.ndarray], origin: dict[str, tuple[str, ...]],
+                sizes: dict[str, int], made: dict[str, np.ndarray], opset: dict[str, int]
+                ) -> list[Any]:
+    """One pass over the nodes: evaluate what is known (recording values, sources and
+    sizes in place); the nodes left."""
+    # a constant's shape is its value's, whether or not inference recorded it
+    shapes = {**{n: tuple(v.shape) for n, v in known.items()}, **_static_shapes(model)}
+    kept = []
+    for node in model.graph.node:
         values: list[np.ndarray] | None = None
         if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx"):
             value = _shape_value(node, shapes)
@@ -107,25 +130,35 @@ def fold_constants(model: Any, base_dir: str = ""
             if np.issubdtype(value.dtype, np.floating):
                 origin[name] = sources or (name,)
                 sizes.setdefault(name, int(value.size))
-    if not made:
-        return model, {}, {}
+    return kept
+
+
+def _rewrite(model: Any, kept: list[Any], made: dict[str, np.ndarray], stored: set[str]
+             ) -> Any:
+    """``model`` with only the ``kept`` nodes, the initializers they (or the outputs) read
+    among the stored and the ``made`` ones, and shapes inferred anew."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = model.graph
     used = {i for node in kept for i in node.input} | {o.name for o in graph.output}
-    stored = {i.name for i in graph.initializer}
+    have = {i.name for i in graph.initializer}
     initializers = [i for i in graph.initializer if i.name in used]
-    initializers += [numpy_helper.from_array(v, name) for name, v in made.items() if name in used]
+    initializers += [numpy_helper.from_array(v, name) for name, v in made.items()
+                     if name in used and name not in have]
     del graph.node[:]
     graph.node.extend(kept)
     del graph.initializer[:]
     graph.initializer.extend(initializers)
+    have = {i.name for i in initializers}
     inputs = [i for i in graph.input if i.name not in made
               and (i.name not in stored or i.name in used)]
     if model.ir_version < 4:  # before IR 4 every initializer is a graph input too
+        named = {i.name for i in inputs}
         inputs += [onnx.helper.make_tensor_value_info(
             name, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-            for name, v in made.items() if name in used]
+            for name, v in made.items() if name in have and name not in named]
     del graph.input[:]
     graph.input.extend(inputs)
     del graph.value_info[:]
-    folded = {n: origin[n] for n in made if n in origin and n in used}
-    return (onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True),
-            folded, {src: sizes[src] for srcs in folded.values() for src in srcs})
+    return onnx.shape_inference.infer_shapes(model, strict_mode=True, data_prop=True)

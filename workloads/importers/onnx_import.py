@@ -165,6 +165,16 @@ _SETTING_INPUTS = {"Pad": (1, 2, 3), "Resize": (1, 2, 3), "LSTM": (4,), "GRU": (
 # Inputs at these positions are state the op starts from (a recurrent layer's initial
 # hidden and cell states), neither parameters nor settings.
 _STATE_INPUTS = {"LSTM": (5, 6), "GRU": (5,), "RNN": (5,)}
+# Where trained weights enter. A constant read anywhere else (an addition's operand, a
+# select's branch) still counts as parameters; but one of two or more dimensions that holds
+# fewer distinct values than half its elements (two at least) is likely what an exporter
+# computed from fewer weights (a folded table lookup, a mask), so it is reported.
+_WEIGHT_INPUTS = {"MatMul": (0, 1), "Gemm": (0, 1, 2), "Conv": (1, 2),
+                  "ConvTranspose": (1, 2), "LSTM": (1, 2, 3), "GRU": (1, 2, 3),
+                  "RNN": (1, 2, 3), "BatchNormalization": (1, 2),
+                  "LayerNormalization": (1, 2), "InstanceNormalization": (1, 2),
+                  "GroupNormalization": (1, 2), "Gather": (0,), "Einsum": tuple(range(8)),
+                  "PRelu": (1,)}
 
 
 def _load(path: str | Path) -> Any:
@@ -337,6 +347,7 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
                           outputs=(_renamed(types[inp.name]),)))
     unknown: dict[str, int] = {}
     owners: dict[str, str] = {}
+    loose: dict[str, int] = {}  # op -> constant elements outside a weight input
     taken = {op.name for op in ops}
     for i, node in enumerate(model.graph.node):
         live = [t for t in node.input if t and t not in consts]
@@ -345,11 +356,14 @@ def import_onnx(path: str | Path, *, batch: int | None = None,
             consts.update(o for o in node.output if o)
             continue
         op_name = _free_name(node.name or f"{node.op_type}_{i}", i, taken)
-        op = _op(node, op_name, types, consts, owners, unknown, path, values, (sources, sizes))
+        op = _op(node, op_name, types, consts, owners, unknown, path, values, (sources, sizes),
+                 loose)
         if op is not None:
             ops.append(op)
     if unknown:
         _report(path, ops, unknown, strict)
+    if loose:
+        _report_loose(path, ops, loose)
     produced = {t.name for op in ops for t in op.outputs}
     outputs = [_safe(o.name) for o in model.graph.output if _safe(o.name) in produced]
     return Graph(name or Path(path).stem, ops, outputs or None)
@@ -368,6 +382,35 @@ def _report(path: str | Path, ops: list[Op], unknown: dict[str, int], strict: bo
         raise GraphError(message.replace("imported without", "refused under --strict: ops "
                                                               "without", 1))
     warnings.warn(message, stacklevel=3)
+
+
+def _expanded(values: dict[str, Any], t: Tensor) -> bool:
+    """Whether constant ``t`` has two or more dimensions above 1 and fewer distinct
+    values than half its elements (a table lookup or a mask, not trained weights), but
+    more than one (a parameter initialised to zeros looks like nothing else)."""
+    import numpy as np
+
+    value = values.get(t.name)
+    if value is None or sum(d > 1 for d in t.shape) < 2:
+        return False
+    distinct = len(np.unique(np.asarray(value)))
+    return distinct >= 2 and 2 * distinct < np.asarray(value).size
+
+
+def _report_loose(path: str | Path, ops: list[Op], loose: dict[str, int]) -> None:
+    """Constants counted as parameters outside a weight input: one warning naming the
+    ops that read them and their share of the parameters."""
+    total = sum(op.params for op in ops) or 1
+    count = sum(loose.values())
+    names = sorted(loose, key=lambda n: -loose[n])
+    warnings.warn(
+        f"{path}: {count:,} parameters ({count / total:.1%} of {total:,}) are constants "
+        f"holding fewer distinct values than half their elements, read by {len(loose)} "
+        f"op(s) other than a matrix product, convolution, normalisation, recurrent layer or "
+        f"embedding; an exporter may have computed them from fewer weights (a folded table "
+        f"lookup, a mask): "
+        + ", ".join(f"{n!r} ({loose[n]:,})" for n in names[:5])
+        + (", ..." if len(names) > 5 else ""), stacklevel=3)
 
 
 def _safe(name: str) -> str:
@@ -390,7 +433,8 @@ def _free_name(name: str, index: int, taken: set[str]) -> str:
 def _op(node: Any, name: str, types: dict[str, Tensor], consts: set[str],
         owners: dict[str, str], unknown: dict[str, int], path: str | Path,
         values: dict[str, Any],
-        folded: tuple[dict[str, tuple[str, ...]], dict[str, int]] = ({}, {})) -> Op | None:
+        folded: tuple[dict[str, tuple[str, ...]], dict[str, int]] = ({}, {}),
+        loose: dict[str, int] | None = None) -> Op | None:
     import onnx
 
     outputs = [types[o] for o in node.output if o and o in types]
@@ -412,6 +456,7 @@ def _op(node: Any, name: str, types: dict[str, Tensor], consts: set[str],
     params = buffers = 0
     shares = None
     sources, sizes = folded
+    loose = {} if loose is None else loose
     for k, t in const_in:
         if t.dtype not in _FLOAT or k in _SETTING_INPUTS.get(node.op_type, ()) \
                 or k in _STATE_INPUTS.get(node.op_type, ()):
@@ -427,6 +472,8 @@ def _op(node: Any, name: str, types: dict[str, Tensor], consts: set[str],
                 buffers += size
             else:
                 params += size
+                if k not in _WEIGHT_INPUTS.get(node.op_type, ()) and _expanded(values, t):
+                    loose[name] = loose.get(name, 0) + size
     if node.op_type in _VIEWS:
         kind, op_class, flops, view = _VIEWS[node.op_type], "data_movement", 0, True
     elif node.op_type in _COSTS:
