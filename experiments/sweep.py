@@ -299,7 +299,7 @@ def environment(specs: Sequence[RunSpec]) -> dict[str, Any]:
     from importlib.metadata import PackageNotFoundError, version
 
     versions = {"python": platform.python_version()}
-    for package in ("numpy", "scipy", "simpy", "networkx", "pandas", "pymetis", "pydantic"):
+    for package in ("numpy", "scipy", "networkx", "pandas", "pymetis", "pydantic"):
         try:
             versions[package] = version(package)
         except PackageNotFoundError:

@@ -1,6 +1,6 @@
-"""sim: the discrete-event simulator (simpy) that executes a Plan on a Cluster.
+"""sim: the discrete-event simulator that executes a Plan on a Cluster.
 
-Names are imported on first use, so ``import sim`` loads neither simpy nor pandas.
+Names are imported on first use, so ``import sim`` loads neither the engine nor pandas.
 
 >>> from sim import simulate, TRACE_COLUMNS
 >>> TRACE_COLUMNS[:3]

@@ -4,10 +4,9 @@ Every event of a run is a callback due at a time; events due at the same time ru
 order they were scheduled. That is simpy's rule for events of one priority (its heap key is
 time, priority, event id), and the time of an event is computed the same way
 (``now + delay``), so a run gives bit for bit what it gave on simpy. The simulator needs no
-more of simpy than this (no processes, no resources): measured on this machine, dispatch
-costs 0.53 us per event here against 0.77 us through simpy's private attributes and 0.85 us
-through its public API (``env.timeout``). simpy stays the test suite's oracle
-(``tests/sim/oracle.py``).
+more of simpy than this (no processes, no resources), and simpy's dispatch costs 1.6x
+(private attributes) to 1.8x (public API) this core's per event
+(``benchmarks/event_core.py``). simpy stays the test suite's oracle (``tests/sim/oracle.py``).
 """
 
 from __future__ import annotations
