@@ -23,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import heapq
-import time
-from collections.abc import Callable
 from typing import Any
 
 import simpy
 from machine import describe, record
-from sim_speed import block_plan, switch_cluster
+from sim_speed import block_plan, switch_cluster, timed
 from simpy.events import NORMAL, Event
 
 from hwmodels import Cluster, RooflineCost
@@ -144,19 +141,9 @@ def heapq_limit(w: Wiring, streams: list[int], engines: list[int]) -> float:
                max(t_end, default=0.0))
 
 
-def best(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    fastest, value = float("inf"), None
-    for _ in range(repeats):
-        gc.collect()
-        t = time.perf_counter()
-        value = fn()
-        fastest = min(fastest, time.perf_counter() - t)
-    return fastest, value
-
-
 def dispatch_table(repeats: int) -> list[str]:
     lines = ["", "| event core | us per event | x placelab's |", "|---|---:|---:|"]
-    times = {name: best(fn, repeats)[0] / EVENTS * 1e6 for name, fn in (
+    times = {name: timed(fn, repeats)[0] / EVENTS * 1e6 for name, fn in (
         ("sim.events.EventQueue", chain_ours), ("simpy, public API", chain_simpy_public),
         ("simpy, private attributes", chain_simpy_private))}
     ours = times["sim.events.EventQueue"]
@@ -198,7 +185,7 @@ def limit_row(graph: Any, cluster: Cluster, repeats: int) -> str:
     values = {}
     for _ in range(repeats):  # alternating, so that a burst of noise hits all three
         for fn in times:
-            t, values[fn] = best(fn, 1)
+            t, values[fn] = timed(fn, 1)
             times[fn] = min(times[fn], t)
     t_ours, t_limit, t_both = times.values()
     same = values[ours] == values[limit] == values[wired_limit]
