@@ -351,7 +351,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
     """The graph placed by ``--policy`` (with ``--repair`` rounds) and simulated."""
     from policies.base import make_policy, plan
-    from sim.engine import simulate
+    from sim.engine import evaluator, simulate
 
     graph = load_graph(args)
     make_policy(args.policy)
@@ -362,7 +362,8 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
                           links=args.links, order=args.order)
         return graph, repaired.plan, repaired.result, repaired.rounds
-    p = plan(graph, cluster, args.policy, cost)
+    p = plan(graph, cluster, args.policy, cost, evaluate=evaluator(cluster, cost,
+                                                                    links=args.links))
     args.order = args.order or "plan"
     return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
 
@@ -405,7 +406,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     from hwmodels.cost import RooflineCost
     from policies.base import make_policy, plan
     from runtime.executor import execute
-    from sim.engine import simulate
+    from sim.engine import evaluator, simulate
 
     if not args.model and not args.graph:
         raise PlacelabError("run: expected --model NAME or --graph FILE, got neither")
@@ -414,7 +415,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     engine = make_engine(args.engine, args.devices)
     cluster = engine.cluster()
     cost = RooflineCost(cluster)
-    p = plan(graph, cluster, args.policy, cost)
+    p = plan(graph, cluster, args.policy, cost, evaluate=evaluator(cluster, cost))
     measured = execute(p, engine, warmup=args.warmup, repeats=args.repeats, seed=args.seed)
     predicted = simulate(p, cluster, cost)
     if args.trace:

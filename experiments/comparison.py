@@ -39,7 +39,8 @@ def compare(models: Sequence[str], clusters: Sequence[str] | str,
     ['single_device', 'heft']
     """
     clusters = [clusters] if isinstance(clusters, str) else list(clusters)
-    names = POLICIES.names() if policies == "all" else list(policies)
+    names = [n for n in POLICIES.names() if POLICIES.get(n).in_all] if policies == "all" \
+        else list(policies)
     for what, items in (("models", models), ("clusters", clusters), ("policies", names)):
         _check_names(what, items)
     for name in names:

@@ -223,7 +223,7 @@ def _cost(spec: RunSpec, cluster: Cluster) -> Any:
 def _simulate(spec: RunSpec) -> dict[str, Any]:
     from policies.base import plan
     from policies.bounds import lower_bound
-    from sim.engine import simulate
+    from sim.engine import evaluator, simulate
 
     cluster = spec.built_cluster()
     graph = _graph(spec.model, spec.batch, spec.seq_len, spec.dtype, spec.train,
@@ -235,7 +235,10 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
                            "step": graph.meta.get("step", spec.step),
                            "policy_params": json.dumps(policy.get_params(), sort_keys=True),
                            "lower_bound_s": lower_bound(graph, cluster, cost)}
-    p = plan(graph, cluster, policy, cost)
+    # a search scores its candidates by what the simulator will say of them
+    p = plan(graph, cluster, policy, cost,
+             evaluate=evaluator(cluster, cost, links=spec.links) if policy.scores_plans
+             else None)
     start = time.perf_counter()
     result = simulate(p, cluster, cost, links=spec.links, order=spec.order)
     used = [d for d in cluster.device_names if d in p.order]

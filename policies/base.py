@@ -6,7 +6,7 @@ import inspect
 import numbers
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -49,6 +49,12 @@ class PlacementPolicy(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     #: The policy places around other jobs' load when :func:`plan` is given one.
     load_aware: ClassVar[bool] = False
+    #: The policy scores candidate plans with an evaluator (``Plan -> seconds``) that
+    #: :func:`plan` passes to :meth:`place_scored` when its caller gives one.
+    scores_plans: ClassVar[bool] = False
+    #: Among the policies "all" names (compare, the demo); a search, whose cost is its
+    #: budget of evaluations, runs only when named.
+    in_all: ClassVar[bool] = True
 
     def checked(self, name: str, value: Any) -> Any:
         """``value`` checked against the declared parameter ``name``."""
@@ -61,6 +67,13 @@ class PlacementPolicy(ABC):
     @abstractmethod
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         """Propose a placement of every op of ``graph`` on devices of ``cluster``."""
+
+    def place_scored(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                     evaluate: Callable[[Plan], float]) -> Placement:
+        """A placement chosen by scoring candidate plans with ``evaluate`` (seconds;
+        infinity for a plan that does not fit). By default the evaluator is not needed;
+        policies that declare ``scores_plans`` override this."""
+        return self.place(graph, cluster, cost)
 
     def place_under_load(self, graph: Graph, cluster: Cluster, cost: CostModel,
                          load: ClusterLoad) -> Placement:
@@ -111,6 +124,7 @@ _BUILTIN = {
     "metis": "policies.cuts:Metis", "kernighan_lin": "policies.cuts:KernighanLin",
     "spectral": "policies.cuts:Spectral", "stone_mincut": "policies.cuts:StoneMinCut",
     "pipeline": "policies.pipeline:Pipeline", "optimal": "policies.optimal:Optimal",
+    "mcmc": "policies.search:MCMC",
 }
 POLICIES: Registry[type[PlacementPolicy]] = Registry("policy", "placelab.policies",
                                                      builtins=_BUILTIN)
@@ -190,11 +204,15 @@ def _refuse_collectives(graph: Graph) -> None:
 
 
 def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
-         cost: CostModel | str = "roofline", *, load: ClusterLoad | None = None) -> Plan:
+         cost: CostModel | str = "roofline", *, load: ClusterLoad | None = None,
+         evaluate: Callable[[Plan], float] | None = None) -> Plan:
     """Run ``policy`` on ``graph`` and ``cluster`` and return the validated Plan.
 
     ``load``: what other jobs already hold (see :mod:`policies.load`); a ``load_aware``
     policy places around it, any other ignores it, and ``info["load_aware"]`` says which.
+    ``evaluate``: how a policy that ``scores_plans`` (a search) scores a candidate plan,
+    in seconds (:func:`sim.evaluator` gives the simulator's verdict); without one it uses
+    its own model; other policies ignore it.
 
     >>> from hwmodels import get_cluster
     >>> from workloads import build_model
@@ -209,7 +227,9 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     _refuse_collectives(graph)
     check_cost_binding(cost, cluster, "plan")
     start = time.perf_counter()
-    if load is None:
+    if load is None and evaluate is not None and policy.scores_plans:
+        proposal = policy.place_scored(graph, cluster, cost, evaluate)
+    elif load is None:
         proposal = policy.place(graph, cluster, cost)
     else:
         proposal = policy.place_under_load(graph, cluster, cost, load.check(cluster))

@@ -24,7 +24,7 @@ from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
-__all__ = ["Placement", "Plan", "Transfer", "order_by_priority"]
+__all__ = ["Placement", "Plan", "Transfer", "order_by_priority", "split_by_device"]
 
 FORMAT = "placelab.plan"
 VERSION = 1
@@ -89,13 +89,18 @@ def order_by_priority(graph: Graph, devices: Mapping[str, str],
             for d in device_groups.get(name, (devices[name],)):
                 order.setdefault(d, []).append(name)
         return {d: tuple(ops) for d, ops in order.items()}
-    return _split_by_device(ranked, devices)
+    return split_by_device(ranked, devices)
 
 
-def _split_by_device(ranked: Sequence[str],
+def split_by_device(ranked: Sequence[str],
                      devices: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
-    """``ranked`` split into one subsequence per device, devices in order of first use
-    (sorted in numpy, not looped over in Python: plans reach a million ops)."""
+    """``ranked`` (a topological order) split into one subsequence per device, devices in
+    order of first use (sorted in numpy, not looped over in Python: plans reach a million
+    ops).
+
+    >>> split_by_device(["a", "b", "c"], {"a": "d1", "b": "d0", "c": "d1"})
+    {'d1': ('a', 'c'), 'd0': ('b',)}
+    """
     placed = list(map(devices.__getitem__, ranked))
     used = tuple(dict.fromkeys(placed))
     if not used:

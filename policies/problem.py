@@ -319,10 +319,12 @@ def schedule_length(p: Problem, where: list[int], sequence: list[int]) -> float:
     return max(finish, default=0.0)
 
 
-def model_makespan(plan: Plan, cluster: Cluster, cost: CostModel) -> float:
+def model_makespan(plan: Plan, cluster: Cluster, cost: CostModel,
+                   problem: Problem | None = None) -> float:
     """:func:`schedule_length` of a Plan, its devices' orders merged by the plan's global
-    order (each device's order is kept; ops start as early as possible)."""
-    p = Problem(plan.graph, cluster, cost)
+    order (each device's order is kept; ops start as early as possible). ``problem``: the
+    plan's graph, cluster and cost as numbers, where the caller has them already."""
+    p = problem or Problem(plan.graph, cluster, cost)
     index = {name: i for i, name in enumerate(p.names)}
     dev = {d: k for k, d in enumerate(p.devices)}
     where = [dev[plan.placement[name]] for name in p.names]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from workloads.lazy import attach
 
 if TYPE_CHECKING:
-    from sim.engine import simulate
+    from sim.engine import evaluator, simulate
     from sim.gantt import plot_gantt
     from sim.options import LINK_MODELS, ORDERS
     from sim.result import TRACE_COLUMNS, SimResult, TraceColumns, chrome_trace
@@ -23,13 +23,14 @@ if TYPE_CHECKING:
 
 _WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "result",
           "SimResult": "result", "TraceColumns": "result", "chrome_trace": "result",
-          "plot_gantt": "gantt", "simulate": "engine", "SHARING": "sharing",
+          "plot_gantt": "gantt", "simulate": "engine", "evaluator": "engine", "SHARING": "sharing",
           "SharingPolicy": "sharing", "make_sharing": "sharing",
           "register_sharing": "sharing", "Job": "tenants", "TenantResult": "tenants",
           "jain_index": "tenants", "simulate_jobs": "tenants"}
 
 __all__ = ["LINK_MODELS", "ORDERS", "SHARING", "TRACE_COLUMNS", "Job", "SharingPolicy",
-           "SimResult", "TenantResult", "TraceColumns", "chrome_trace", "jain_index",
+           "SimResult", "TenantResult", "TraceColumns", "chrome_trace", "evaluator",
+           "jain_index",
            "make_sharing", "plot_gantt", "register_sharing", "simulate", "simulate_jobs"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

@@ -33,6 +33,7 @@ Model (documented in the README and tested in ``tests/sim``):
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -51,7 +52,8 @@ from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 
-__all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "simulate"]
+__all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "evaluator",
+           "simulate"]
 
 
 class IssueOrder:
@@ -398,6 +400,31 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     result.cost_sources = _sources(cost, plan, np.asarray(run.op_dev, dtype=np.int64),
                                    np.asarray(run.op_time, dtype=float))
     return result
+
+
+def evaluator(cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
+              order: str = "plan") -> Callable[[Plan], float]:
+    """The simulator as a search policy's evaluator (:func:`policies.plan`'s
+    ``evaluate``): a plan's simulated makespan, infinity where it runs out of memory.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from policies import plan as make_plan
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> cost = RooflineCost(c)
+    >>> p = make_plan(build_model("mlp", batch=8), c, "mcmc:evals=20", cost,
+    ...               evaluate=evaluator(c, cost))
+    >>> p.info["score_s"] == simulate(p, c, cost).makespan_s
+    True
+    """
+    require(order, ORDER_REGISTRY, ORDERS, "evaluator", "order")
+    require(links, LINK_REGISTRY, LINK_MODELS, "evaluator", "links")
+
+    def evaluate(p: Plan) -> float:
+        result = simulate(p, cluster, cost, links=links, order=order)
+        return result.makespan_s if result.feasible else math.inf
+
+    return evaluate
 
 
 def _sources(cost: CostModel, plan: Plan, op_dev: np.ndarray, op_time: np.ndarray

@@ -79,7 +79,8 @@ def test_policy_shootout_study(tmp_path: Path, monkeypatch) -> None:
     from policies import POLICIES
 
     df = run_script("policy_shootout", tmp_path, monkeypatch)
-    assert set(df["policy"]) == set(POLICIES.names())
+    # every policy but the searches, whose cost is a budget of simulations
+    assert set(df["policy"]) == {n for n in POLICIES.names() if n != "mcmc"}
     placed = df[df["makespan_s"].notna()]
     # no plan beats the lower bound (critical path and total work on the fastest devices)
     assert (placed["makespan_s"] >= placed["lower_bound_s"] * (1 - 1e-9)).all()

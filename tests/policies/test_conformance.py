@@ -8,6 +8,7 @@ from hwmodels import RooflineCost, get_cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
+from policies.search import MCMC
 from policies.testing import (
     CASES,
     ConformanceError,
@@ -28,8 +29,10 @@ from workloads import (
 )
 
 ALL = POLICIES.names()
-# The MILP gets a small node limit here: the suite checks its contract, not its optimality.
-FACTORIES = {name: name for name in ALL} | {"optimal": lambda: Optimal(node_limit=50)}
+# The MILP gets a small node limit here, the search a small budget: the suite checks their
+# contract, not their optimality.
+FACTORIES = {name: name for name in ALL} | {"optimal": lambda: Optimal(node_limit=50),
+                                            "mcmc": lambda: MCMC(evals=60)}
 
 
 @parametrize_with_checks([FACTORIES[name] for name in ALL])

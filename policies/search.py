@@ -1,0 +1,270 @@
+"""Search with an evaluator in the loop: the ``mcmc`` policy.
+
+A search policy scores candidate plans with an *evaluator*, a callable ``Plan -> seconds``
+(infinity for a plan that does not fit), which its caller supplies: ``experiments`` hands
+it the simulator (:func:`sim.evaluator`), so candidates are judged by what the simulator
+will say of the result, contention and memory included; ``policies`` never imports the
+simulator. Called without one (:meth:`PlacementPolicy.place`), a search scores plans by
+:func:`contention_free`, the list schedulers' own model.
+
+``mcmc`` is the Metropolis-Hastings search of FlexFlow (Jia, Zaharia and Aiken, SysML 2019)
+over placements: it starts from the best plan of a few heuristics and proposes a move: one
+op, or one co-placement group, to another device that can run it (a neighbour's device
+two times in five, any other otherwise), or, one time in five, two on different devices
+swapping devices. A faster plan is always accepted; one slower by ``Δ`` with probability
+``exp(-beta · Δ)``, ``Δ`` measured in units of the mean op's share of the makespan (the
+makespan over the number of ops and groups), so that one ``beta`` suits graphs of any
+size. The default, 60, was chosen on Inception-v3's training step on four V100s (327 ops
+and groups), where 0.15, 1.5, 15 and 60 went from a random walk (three moves in four
+accepted) to a near-greedy descent (one in ten), the last doing best. The budget is a
+number of evaluations (every plan scored counts, the starts included), never wall time, so
+a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
+default) adds a wall-clock cap at the price of that guarantee. The search restarts
+``restarts`` times from the best plan found so far, and returns the best plan it scored, so
+it is never worse than its start. Each device runs its ops in one global order drawn from
+the start plan's priorities (a topological order where it has none).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from hwmodels.cost import CostModel
+from hwmodels.spec import Cluster
+from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
+from policies.params import Param
+from policies.plans import Placement, Plan, order_by_priority, split_by_device
+from policies.problem import MemoryBook, Problem, model_makespan
+from workloads.errors import PlacementError
+from workloads.graph import Graph
+from workloads.params import split_specs
+
+__all__ = ["MCMC", "Evaluator", "contention_free"]
+
+#: Scores a plan: its makespan in seconds, ``math.inf`` where it does not fit.
+Evaluator = Callable[[Plan], float]
+
+
+def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
+    """An evaluator that needs no simulator: the makespan with each device running one op
+    at a time in plan order and transfers taking their contention-free time
+    (:func:`policies.problem.model_makespan`), infinity where the plan exceeds a device's
+    memory under the conservative model of :mod:`policies.problem`.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> p = plan(build_model("mlp", batch=8), c, "heft")
+    >>> contention_free(c, RooflineCost(c))(p) == p.estimated_makespan_s
+    True
+    """
+    problems: dict[int, Problem] = {}
+
+    def evaluate(p: Plan) -> float:
+        problem = problems.get(id(p.graph))
+        if problem is None or problem.graph is not p.graph:
+            problem = problems[id(p.graph)] = Problem(p.graph, cluster, cost)
+        book = MemoryBook(problem, p.policy)
+        index = {d: k for k, d in enumerate(problem.devices)}
+        where = [index[p.placement[name]] for name in problem.names]
+        for op in range(problem.n):
+            book.commit(op, where[op], where)
+        if any(u > c for u, c in zip(book.used, problem.capacity, strict=True)):
+            return math.inf
+        return model_makespan(p, cluster, cost, problem)
+
+    return evaluate
+
+
+class MCMC(PlacementPolicy):
+    """Metropolis-Hastings over placements with an evaluator in the loop (see the module).
+
+    ``info`` of the plan reports the start, the evaluations spent, the moves accepted, what
+    stopped the search and the best score at each restart.
+    """
+
+    name = "mcmc"
+    scores_plans = True
+    #: Not among "all" policies: its cost is its budget of evaluations (simulations).
+    in_all = False
+    params = (Param("evals", "int", 2000, minimum=1,
+                    doc="plans scored in all, the starts included"),
+              Param("beta", "float", 60.0, minimum=0,
+                    doc="inverse temperature: a move slower by 1/beta of the mean op's "
+                        "share of the makespan is accepted with probability 1/e"),
+              Param("restarts", "int", 4, minimum=1,
+                    doc="chains, each from the best plan found so far"),
+              Param("start", "str", "heft,metis,m_etf",
+                    doc="the policies whose best plan the search starts from"),
+              Param("seed", "seed", 0, doc="fixes the moves"),
+              Param("time_limit_s", "float", None, minimum=0, optional=True,
+                    doc="a wall-clock cap (the plan then depends on the machine)"))
+
+    def __init__(self, evals: int = 2000, beta: float = 60.0, restarts: int = 4,
+                 start: str = "heft,metis,m_etf", seed: Seed = 0,
+                 time_limit_s: float | None = None) -> None:
+        self.evals: int = self.checked("evals", evals)
+        self.beta: float = self.checked("beta", beta)
+        self.restarts: int = self.checked("restarts", restarts)
+        self.start: str = self.checked("start", start)
+        self.seed = self.checked("seed", seed)
+        self.time_limit_s = self.checked("time_limit_s", time_limit_s)
+        starts = split_specs(self.start)
+        for spec in starts:
+            name = spec.partition(":")[0]
+            if name not in POLICIES or getattr(POLICIES.get(name), "scores_plans", False):
+                raise PlacementError(f"policy 'mcmc': start must name registered policies "
+                                     f"that score no plans, got {spec!r}")
+            make_policy(spec)
+        if not starts:
+            raise PlacementError("policy 'mcmc': start must name at least one policy, "
+                                 "got none")
+
+    def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
+        return self.place_scored(graph, cluster, cost, contention_free(cluster, cost))
+
+    def place_scored(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                     evaluate: Evaluator) -> Placement:
+        search = _Search(self, graph, cluster, cost, evaluate)
+        return search.run()
+
+
+class _Search:
+    """One run of :class:`MCMC`: its budget, its chain and the best plan seen."""
+
+    def __init__(self, policy: MCMC, graph: Graph, cluster: Cluster, cost: CostModel,
+                 evaluate: Evaluator) -> None:
+        self.policy, self.graph, self.cluster, self.cost = policy, graph, cluster, cost
+        self.evaluate, self.rng = evaluate, make_rng(policy.seed)
+        self.problem = Problem(graph, cluster, cost)
+        self.used = 0
+        self.began = time.perf_counter()
+        self.stopped = "evals"
+
+    def left(self) -> bool:
+        limit = self.policy.time_limit_s
+        if limit is not None and time.perf_counter() - self.began > limit:
+            self.stopped = "time_limit_s"
+            return False
+        return self.used < self.policy.evals
+
+    def score(self, where: list[int]) -> tuple[float, Plan]:
+        p = self.problem
+        devices = {p.names[i]: p.devices[d] for i, d in enumerate(p.follow_leads(where))}
+        candidate = Plan(self.graph, devices, split_by_device(self.ranked, devices),
+                         policy="mcmc")
+        self.used += 1
+        return self.evaluate(candidate), candidate
+
+    def begin(self) -> tuple[list[int], float, Plan, str]:
+        """The best plan of the start policies (each scored once)."""
+        best: tuple[list[int], float, Plan, str] | None = None
+        errors = []
+        index = {d: k for k, d in enumerate(self.problem.devices)}
+        for spec in split_specs(self.policy.start):
+            if not self.left():
+                break
+            try:
+                start = plan(self.graph, self.cluster, spec, self.cost)
+            except PlacementError as err:
+                errors.append(f"{spec}: {err}")
+                continue
+            if best is None:  # one global order for the whole search
+                self.ranked = _ranked(self.graph, start)
+            where = [index[start.placement[n]] for n in self.problem.names]
+            seconds, scored = self.score(where)
+            if best is None or seconds < best[1]:
+                best = (where, seconds, scored, spec)
+        if best is None:
+            raise PlacementError("policy 'mcmc': no start policy gave a plan: "
+                                 + "; ".join(errors))
+        return best
+
+    def run(self) -> Placement:
+        where, seconds, best_plan, start = self.begin()
+        first, best, best_where = seconds, seconds, list(where)
+        p = self.problem
+        self.units = [i for i in range(p.n) if p.node_of[i] == i]
+        self.able = [np.flatnonzero(np.isfinite(p.times[u])).tolist() for u in self.units]
+        self.movable = [k for k, a in enumerate(self.able) if len(a) > 1]
+        # the ops (any member of another unit) each unit's members exchange tensors with
+        unit_of = {u: k for k, u in enumerate(self.units)}
+        self.neighbours: list[list[int]] = [[] for _ in self.units]
+        for i in range(p.n):
+            for j, _ in p.preds[i]:
+                a, b = unit_of[p.node_of[i]], unit_of[p.node_of[j]]
+                if a != b:
+                    self.neighbours[a].append(p.node_of[j])
+                    self.neighbours[b].append(p.node_of[i])
+        accepted, per_restart = 0, []
+        chains = self.policy.restarts
+        for chain in range(chains):
+            current, now = list(best_where), best
+            budget = (self.policy.evals - self.used) // (chains - chain)
+            for _ in range(budget):
+                if not self.movable or not self.left():
+                    break
+                proposal = self.propose(current)
+                seconds, scored = self.score(proposal)
+                if self.accept(now, seconds):
+                    current, now = proposal, seconds
+                    accepted += 1
+                    if seconds < best:
+                        best, best_where, best_plan = seconds, list(proposal), scored
+            per_restart.append(best)
+        return Placement(dict(best_plan.placement), best_plan.order, info={
+            "start": start, "start_score_s": first, "score_s": best,
+            "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
+            "best_per_restart_s": per_restart})
+
+    def propose(self, where: list[int]) -> list[int]:
+        """One unit (an op, or a group's lead, which its group follows) relocated to
+        another device that runs it: two times in five the device of a unit it exchanges
+        a tensor with; one time in five, two units on different devices swap devices
+        where each runs on the other's; otherwise any other device."""
+        rng, out = self.rng, list(where)
+        k = self.movable[int(rng.integers(len(self.movable)))]
+        u = self.units[k]
+        draw = rng.random()
+        if draw < 0.4:  # to a neighbour's device: what saves a transfer
+            near = [where[i] for i in self.neighbours[k] if where[i] != where[u]
+                    and where[i] in self.able[k]]
+            if near:
+                out[u] = near[int(rng.integers(len(near)))]
+                return out
+        elif draw < 0.6:
+            j = self.movable[int(rng.integers(len(self.movable)))]
+            v = self.units[j]
+            if where[v] != where[u] and where[v] in self.able[k] and where[u] in self.able[j]:
+                out[u], out[v] = where[v], where[u]
+                return out
+        choices = [d for d in self.able[k] if d != where[u]]
+        out[u] = choices[int(rng.integers(len(choices)))]
+        return out
+
+    def accept(self, now: float, seconds: float) -> bool:
+        """Metropolis: a faster plan always; a slower one with probability
+        ``exp(-beta · Δ)``, ``Δ`` its relative slowdown; one that does not fit never
+        (unless nothing found so far fits)."""
+        if seconds <= now:
+            return True
+        if math.isinf(seconds):
+            return False
+        if math.isinf(now):
+            return True
+        # the slowdown in units of the mean op's share of the makespan, so that one beta
+        # suits graphs of any size
+        delta = (seconds - now) * len(self.units) / now if now > 0 else math.inf
+        return bool(self.rng.random() < math.exp(-self.policy.beta * delta))
+
+
+def _ranked(graph: Graph, start: Plan) -> list[str]:
+    """One topological order of every op, preferring the start plan's priorities (so
+    that each device's order is a restriction of it and no order deadlocks)."""
+    order = order_by_priority(graph, dict.fromkeys(graph.names, "all"),
+                              start.priority or None)
+    return list(order.get("all", ()))

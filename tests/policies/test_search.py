@@ -1,0 +1,85 @@
+"""The ``mcmc`` search: its budget, its evaluator, its bounds (brute force, the
+simulator)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import RooflineCost, get_cluster
+from policies import plan
+from policies.problem import Problem
+from policies.search import MCMC, contention_free
+from policies.testing import random_dag
+from sim import evaluator, simulate
+from tests.policies.test_exact import brute_force_makespan, instance
+from workloads import PlacementError, build_model, training_graph
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mcmc_lies_between_the_optimum_and_its_start(seed: int) -> None:
+    graph, cluster, cost = instance(6, seed, devices=3)
+    p = plan(graph, cluster, MCMC(evals=150, seed=seed), cost)
+    best = brute_force_makespan(Problem(graph, cluster, cost))
+    assert best - 1e-9 <= p.info["score_s"] <= p.info["start_score_s"]
+    # the score is the plan's own contention-free makespan (the brute force's model)
+    assert contention_free(cluster, cost)(p) == p.info["score_s"]
+
+
+def test_the_budget_counts_every_plan_scored_and_a_seed_fixes_the_result() -> None:
+    graph = training_graph(build_model("mlp", batch=32), "adam")
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    scored = []
+    simulated = evaluator(cluster, cost)
+
+    def counting(p):  # type: ignore[no-untyped-def]
+        scored.append(p)
+        return simulated(p)
+
+    first = plan(graph, cluster, MCMC(evals=40, seed=3), cost, evaluate=counting)
+    assert len(scored) == first.info["evals"] == 40  # three starts and 37 moves
+    again = plan(graph, cluster, MCMC(evals=40, seed=3), cost, evaluate=simulated)
+    assert (again.placement, again.order) == (first.placement, first.order)
+    assert first.info["score_s"] == simulate(first, cluster, cost).makespan_s
+    assert first.info["score_s"] == min(simulated(p) for p in scored)
+
+
+def test_a_plan_that_does_not_fit_is_never_chosen() -> None:
+    # GPT-2's Adam step fits on no single V100; starts that overflow score infinity
+    step = training_graph(build_model("gpt2_small", batch=12, seq_len=1024), "adam")
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    p = plan(step, cluster, MCMC(evals=12, start="single_device,m_topo"), cost,
+             evaluate=evaluator(cluster, cost))
+    assert p.info["start"] == "m_topo" and math.isfinite(p.info["score_s"])
+    assert simulate(p, cluster, cost).feasible
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 25), seed=st.integers(0, 10**6),
+       policy=st.sampled_from(["heft", "random", "round_robin", "metis"]))
+def test_the_contention_free_score_is_the_simulators_without_contention(
+        n: int, seed: int, policy: str) -> None:
+    # one stream per device (the hetero-box's GPUs have one), no link limits
+    graph = random_dag(n, seed=seed)
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    p = plan(graph, cluster, f"{policy}:seed=1" if policy in ("random", "metis") else policy,
+             cost)
+    assert all(d.compute_streams == 1 for d in cluster.devices)
+    assert contention_free(cluster, cost)(p) == pytest.approx(
+        simulate(p, cluster, cost, links="none").makespan_s, rel=1e-12)
+
+
+def test_bad_starts_are_refused_by_name() -> None:
+    with pytest.raises(PlacementError, match=r"policy 'mcmc': start must name registered "
+                                             r"policies that score no plans, got 'nope'"):
+        MCMC(start="heft,nope")
+    with pytest.raises(PlacementError, match=r"got 'mcmc'"):
+        MCMC(start="mcmc")
+    with pytest.raises(PlacementError, match=r"mcmc': evals must be an int >= 1, got 0"):
+        MCMC(evals=0)
