@@ -32,7 +32,7 @@ from workloads import build_model, training_graph
 from workloads.errors import PlacementError
 from workloads.synthetic import layered_dag
 
-HEURISTICS = [n for n in POLICIES.names() if n != "optimal"]
+HEURISTICS = [n for n in POLICIES.names() if n != "optimal" and POLICIES.get(n).in_all]
 WORKLOADS = (("resnet50", 32, None), ("inception_v3", 16, None), ("bert_base", 8, 128),
              ("gpt2_small", 4, 512))
 CLUSTERS = ("workstation", "dgx1-v100", "dgx-h100", "hetero-box")

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from experiments.autoparallelcmd import add_autoparallel_command
 from experiments.commands import (
     check_outputs,
     cmd_compare,
@@ -302,6 +303,7 @@ def _add_run_commands(sub: Any) -> None:
     add_sweep_command(sub)
     add_tenants_command(sub)
     add_profile_command(sub, ENGINE_NAMES, _positive_int)
+    add_autoparallel_command(sub, _positive_int, _batch, _int_at_least(1, MAX_SEQ_LEN))
 
     p = sub.add_parser("demo", help="the main job: a placement study with table and plot")
     p.add_argument("--out", default="placelab-demo", help="output folder")

@@ -8,10 +8,11 @@ simulator. Called without one (:meth:`PlacementPolicy.place`), a search scores p
 :func:`contention_free`, the list schedulers' own model.
 
 ``mcmc`` is the Metropolis-Hastings search of FlexFlow (Jia, Zaharia and Aiken, SysML 2019)
-over placements: it starts from the best plan of a few heuristics and proposes a move: one
-op, or one co-placement group, to another device that can run it (a neighbour's device
-two times in five, any other otherwise), or, one time in five, two on different devices
-swapping devices. A faster plan is always accepted; one slower by ``Δ`` with probability
+over placements and orders: it starts from the best plan of a few heuristics and proposes
+a move: one op, or one co-placement group, to another device that can run it (a
+neighbour's device, a swap with an op elsewhere, or any other device), or two ops next to
+each other in the global order from which every device's order is drawn, and not an
+edge, swapping places. A faster plan is always accepted; one slower by ``Δ`` with probability
 ``exp(-beta · Δ)``, ``Δ`` measured in units of the mean op's share of the makespan (the
 makespan over the number of ops and groups), so that one ``beta`` suits graphs of any
 size. The default, 60, was chosen on Inception-v3's training step on four V100s (327 ops
@@ -21,8 +22,8 @@ number of evaluations (every plan scored counts, the starts included), never wal
 a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
 default) adds a wall-clock cap at the price of that guarantee. The search restarts
 ``restarts`` times from the best plan found so far, and returns the best plan it scored, so
-it is never worse than its start. Each device runs its ops in one global order drawn from
-the start plan's priorities (a topological order where it has none).
+it is never worse than its start. The global order starts as the first start plan's
+priorities give it (a topological order where it has none).
 """
 
 from __future__ import annotations
@@ -152,10 +153,10 @@ class _Search:
             return False
         return self.used < self.policy.evals
 
-    def score(self, where: list[int]) -> tuple[float, Plan]:
+    def score(self, where: list[int], ranked: list[str]) -> tuple[float, Plan]:
         p = self.problem
         devices = {p.names[i]: p.devices[d] for i, d in enumerate(p.follow_leads(where))}
-        candidate = Plan(self.graph, devices, split_by_device(self.ranked, devices),
+        candidate = Plan(self.graph, devices, split_by_device(ranked, devices),
                          policy="mcmc")
         self.used += 1
         return self.evaluate(candidate), candidate
@@ -176,7 +177,7 @@ class _Search:
             if best is None:  # one global order for the whole search
                 self.ranked = _ranked(self.graph, start)
             where = [index[start.placement[n]] for n in self.problem.names]
-            seconds, scored = self.score(where)
+            seconds, scored = self.score(where, self.ranked)
             if best is None or seconds < best[1]:
                 best = (where, seconds, scored, spec)
         if best is None:
@@ -186,7 +187,35 @@ class _Search:
 
     def run(self) -> Placement:
         where, seconds, best_plan, start = self.begin()
-        first, best, best_where = seconds, seconds, list(where)
+        first, best = seconds, seconds
+        best_state = (list(where), list(self.ranked))
+        self._moves()
+        accepted, per_restart = 0, []
+        chains = self.policy.restarts
+        for chain in range(chains):
+            current, now = best_state, best
+            budget = (self.policy.evals - self.used) // (chains - chain)
+            for _ in range(budget):
+                if not self.left():
+                    break
+                proposal = self.propose(*current)
+                if proposal is None:
+                    break  # nothing to move: one device, one op
+                seconds, scored = self.score(*proposal)
+                if self.accept(now, seconds):
+                    current, now = proposal, seconds
+                    accepted += 1
+                    if seconds < best:
+                        best, best_state, best_plan = seconds, proposal, scored
+            per_restart.append(best)
+        return Placement(dict(best_plan.placement), best_plan.order, info={
+            "start": start, "start_score_s": first, "score_s": best,
+            "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
+            "best_per_restart_s": per_restart})
+
+    def _moves(self) -> None:
+        """What proposals draw from: the units that may move and where, each unit's
+        neighbours, and the edges an order move must not invert."""
         p = self.problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
         self.able = [np.flatnonzero(np.isfinite(p.times[u])).tolist() for u in self.units]
@@ -200,33 +229,28 @@ class _Search:
                 if a != b:
                     self.neighbours[a].append(p.node_of[j])
                     self.neighbours[b].append(p.node_of[i])
-        accepted, per_restart = 0, []
-        chains = self.policy.restarts
-        for chain in range(chains):
-            current, now = list(best_where), best
-            budget = (self.policy.evals - self.used) // (chains - chain)
-            for _ in range(budget):
-                if not self.movable or not self.left():
-                    break
-                proposal = self.propose(current)
-                seconds, scored = self.score(proposal)
-                if self.accept(now, seconds):
-                    current, now = proposal, seconds
-                    accepted += 1
-                    if seconds < best:
-                        best, best_where, best_plan = seconds, list(proposal), scored
-            per_restart.append(best)
-        return Placement(dict(best_plan.placement), best_plan.order, info={
-            "start": start, "start_score_s": first, "score_s": best,
-            "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
-            "best_per_restart_s": per_restart})
+        self.edges = {(p.names[j], p.names[i]) for i in range(p.n) for j, _ in p.preds[i]}
 
-    def propose(self, where: list[int]) -> list[int]:
-        """One unit (an op, or a group's lead, which its group follows) relocated to
-        another device that runs it: two times in five the device of a unit it exchanges
-        a tensor with; one time in five, two units on different devices swap devices
-        where each runs on the other's; otherwise any other device."""
-        rng, out = self.rng, list(where)
+    def propose(self, where: list[int], ranked: list[str]
+                ) -> tuple[list[int], list[str]] | None:
+        """A move: one time in five, two ops next to each other in the global order and
+        not an edge swap places (each device runs its ops in that order); otherwise one
+        unit (an op, or a group's lead, which its group follows) goes to another device
+        that runs it: to the device of a unit it exchanges a tensor with (two times in
+        five), by swapping devices with a unit elsewhere that can run on its device (one
+        time in five), or to any other device."""
+        rng = self.rng
+        if len(ranked) > 1 and (not self.movable or rng.random() < 0.2):
+            i = int(rng.integers(len(ranked) - 1))
+            if (ranked[i], ranked[i + 1]) not in self.edges:
+                order = list(ranked)
+                order[i], order[i + 1] = order[i + 1], order[i]
+                return where, order
+            if not self.movable:
+                return where, ranked  # scored again: the budget still counts it
+        if not self.movable:
+            return None
+        out = list(where)
         k = self.movable[int(rng.integers(len(self.movable)))]
         u = self.units[k]
         draw = rng.random()
@@ -235,16 +259,16 @@ class _Search:
                     and where[i] in self.able[k]]
             if near:
                 out[u] = near[int(rng.integers(len(near)))]
-                return out
+                return out, ranked
         elif draw < 0.6:
             j = self.movable[int(rng.integers(len(self.movable)))]
             v = self.units[j]
             if where[v] != where[u] and where[v] in self.able[k] and where[u] in self.able[j]:
                 out[u], out[v] = where[v], where[u]
-                return out
+                return out, ranked
         choices = [d for d in self.able[k] if d != where[u]]
         out[u] = choices[int(rng.integers(len(choices)))]
-        return out
+        return out, ranked
 
     def accept(self, now: float, seconds: float) -> bool:
         """Metropolis: a faster plan always; a slower one with probability

@@ -1,0 +1,191 @@
+"""Search with the simulator in the loop: ``mcmc`` and ``autoparallel`` against what they
+must beat.
+
+Part 1 (heuristics): Adam training steps of ResNet-50, Inception-v3, GPT-2 small and
+BERT-base (the policy shoot-out's steps) on every catalog cluster. Every one-shot policy's
+plan is simulated with links shared max-min fairly; the best is *the best heuristic*.
+``mcmc`` (started from the best of heft, metis and m_etf, the simulator with fair links as
+its evaluator) runs at each budget of ``--evals`` on the cells where the best heuristic is
+more than 10% above the lower bound, and at the smallest budget on every other cell (where
+it must still never be worse than its start).
+
+Part 2 (optimum): random DAGs of 8 to 12 ops on three heterogeneous devices (the instances
+of ``placement_quality.py``'s part 2); the MILP's proven optimum of the contention-free model
+against ``mcmc`` scoring plans by that model (``policies.search.contention_free``) with 2,000
+evaluations.
+
+Part 3 (autoparallel): GPT-2 small, global batch 32, sequence 1,024, FP16, SGD, on four
+DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy and its wall
+time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
+model (each simulated here).
+
+    python benchmarks/search_quality.py [--evals 500,2000] [--parts 1,2,3] [--quick]
+                                        [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from machine import describe, record
+from placement_quality import small_cluster
+
+from hwmodels import RooflineCost, get_cluster, list_clusters
+from policies import POLICIES, plan
+from policies.bounds import lower_bound
+from policies.optimal import Optimal
+from policies.problem import model_makespan
+from policies.search import MCMC, contention_free
+from policies.testing import random_dag
+from sim import evaluator, simulate
+from workloads import build_model, training_graph
+from workloads.errors import PlacementError
+
+MODELS = (("resnet50", 32), ("inception_v3", 16), ("gpt2_small", 8), ("bert_base", 8))
+HEURISTICS = [n for n in POLICIES.names() if POLICIES.get(n).in_all and n != "optimal"]
+
+
+def best_heuristic(step: Any, cluster: Any, cost: Any) -> tuple[float, str]:
+    best = (np.inf, "")
+    for name in HEURISTICS:
+        try:
+            result = simulate(plan(step, cluster, name, cost), cluster, cost, links="fair")
+        except PlacementError:
+            continue
+        if result.feasible and result.makespan_s < best[0]:
+            best = (result.makespan_s, name)
+    return best
+
+
+def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
+    rows = []
+    models = MODELS[:1] if quick else MODELS
+    clusters = ["quad-v100-nvlink", "workstation"] if quick else list_clusters()
+    for model, batch in models:
+        step = training_graph(build_model(model, batch=batch), "adam")
+        for name in clusters:
+            cluster = get_cluster(name)
+            cost = RooflineCost(cluster)
+            bound = lower_bound(step, cluster, cost)
+            heuristic, which = best_heuristic(step, cluster, cost)
+            far = heuristic / bound > 1.10
+            for evals in budgets if far else budgets[:1]:
+                start = time.perf_counter()
+                p = plan(step, cluster, MCMC(evals=evals), cost,
+                         evaluate=evaluator(cluster, cost, links="fair"))
+                rows.append({"model": model, "cluster": name, "evals": evals,
+                             "best_heuristic": which, "heuristic_vs_bound": heuristic / bound,
+                             "start": p.info["start"],
+                             "start_vs_bound": p.info["start_score_s"] / bound,
+                             "mcmc_vs_bound": p.info["score_s"] / bound,
+                             "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
+                             "never_worse": p.info["score_s"] <= p.info["start_score_s"],
+                             "far_from_bound": far, "seconds": time.perf_counter() - start})
+                print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+def part_optimum(quick: bool) -> pd.DataFrame:
+    cluster = small_cluster()
+    cost = RooflineCost(cluster)
+    rows = []
+    for seed in range(4) if quick else range(20):
+        graph = random_dag(8 + seed % 5, seed=seed, edge_probability=0.3)
+        best = plan(graph, cluster, Optimal(node_limit=1_000_000), cost)
+        p = plan(graph, cluster, MCMC(evals=2000, seed=seed), cost,
+                 evaluate=contention_free(cluster, cost))
+        found = model_makespan(p, cluster, cost)
+        rows.append({"seed": seed, "ops": len(graph), "optimal_status": best.info["status"],
+                     "optimum": best.estimated_makespan_s, "mcmc": found,
+                     "gap": found / best.estimated_makespan_s - 1})
+        print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+def part_autoparallel(quick: bool) -> tuple[pd.DataFrame, dict[str, Any]]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "scripts"))
+    from parallel_scaling import GPUS, run, strategies
+
+    from experiments.autoparallel import autoparallel
+
+    model, batch, seq = ("bert_base", 16, 32) if quick else ("gpt2_small", 32, 1024)
+    cluster, gpus = ("quad-v100-nvlink", (1, 2, 4)) if quick else ("dgx-h100-x4-ib", GPUS)
+    start = time.perf_counter()
+    ranked = autoparallel(model, cluster, global_batch=batch, seq_len=seq, dtype="fp16",
+                          optimizer="sgd", workers=None)
+    wall = time.perf_counter() - start
+    hand = pd.DataFrame([run(cluster, model, batch, seq, "fp16", *s, algorithm)
+                         for n in gpus for s in strategies(model, n)
+                         for algorithm in (("ring", "hierarchical") if n >= 16 and s[0] == "dp"
+                                           else ("ring",))])
+    top = ranked.iloc[0]
+    best_hand = hand[hand["feasible"]].sort_values("step_s").iloc[0]
+    summary = {"model": model, "cluster": cluster, "autoparallel": top["strategy"],
+               "autoparallel_step_ms": top["step_s"] * 1e3, "wall_s": wall,
+               "simulated": int(ranked["step_s"].notna().sum()), "ranked": len(ranked),
+               "untried": ranked.attrs["untried"],
+               "best_hand_picked": f"{best_hand['strategy']} on {best_hand['gpus']} GPUs",
+               "best_hand_picked_step_ms": best_hand["step_s"] * 1e3,
+               "at_least_as_fast": bool(top["step_s"] <= best_hand["step_s"])}
+    print(summary, flush=True)
+    return hand[["strategy", "gpus", "dp", "pp", "tp", "step_s", "feasible"]], summary
+
+
+def _line(row: dict[str, Any]) -> str:
+    return "| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v)
+                             for v in row.values()) + " |"
+
+
+def table(df: pd.DataFrame) -> list[str]:
+    head = "| " + " | ".join(df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    return [head, rule, *(_line(row) for row in df.to_dict(orient="records"))]
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evals", default="500,2000")
+    parser.add_argument("--parts", default="1,2,3")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    parts = {int(p) for p in args.parts.split(",")}
+    lines = [describe(), f"date: {datetime.date.today().isoformat()}",
+             f"command: python benchmarks/search_quality.py --evals {args.evals} "
+             f"--parts {args.parts}{' --quick' if args.quick else ''}"]
+    if 1 in parts:
+        df = part_heuristics([int(e) for e in args.evals.split(",")], args.quick)
+        far = df[df["far_from_bound"]]
+        lines += ["", "### Part 1: mcmc against the best heuristic (fair links)", "",
+                  *table(df.round(4)), ""]
+        for evals, rows in far.groupby("evals"):
+            won = int((rows["gain_vs_heuristic"] >= 0.10).sum())
+            lines.append(f"{evals} evals, cells more than 10% above the bound: {len(rows)}; "
+                         f"mcmc at least 10% faster than the best heuristic on {won}; median "
+                         f"gain {rows['gain_vs_heuristic'].median():+.1%}; never worse than "
+                         f"its start: {bool(rows['never_worse'].all())}")
+        lines.append(f"never worse than its start on every cell: "
+                     f"{bool(df['never_worse'].all())}")
+    if 2 in parts:
+        df = part_optimum(args.quick)
+        reached = int((df["gap"] <= 1e-9).sum())
+        lines += ["", "### Part 2: mcmc against the MILP optimum (contention-free model)", "",
+                  *table(df.round(6)), "",
+                  f"optimum reached on {reached} of {len(df)}; mean gap "
+                  f"{df['gap'].mean():.2%}; worst {df['gap'].max():.2%}"]
+    if 3 in parts:
+        hand, summary = part_autoparallel(args.quick)
+        lines += ["", "### Part 3: autoparallel against the parallel-scaling strategies", "",
+                  *table(hand.round(6)), "", *(f"- {k}: {v}" for k, v in summary.items())]
+    return record(lines, args.out)
+
+
+if __name__ == "__main__":
+    print(main())

@@ -1,0 +1,75 @@
+"""``autoparallel``: its winner against hand-picked strategies, its bound, its breakdown."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.autoparallel import Strategy, autoparallel, candidates
+from experiments.cli import main
+from hwmodels import get_cluster
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "experiments" / "scripts"))
+
+
+@pytest.fixture(scope="module")
+def bert() -> pd.DataFrame:
+    # SGD, as the parallel-scaling study trains
+    return autoparallel("bert_base", "quad-v100-nvlink", global_batch=8, seq_len=32,
+                        optimizer="sgd", gpus=[2, 4], workers=1, refine=2)
+
+
+def test_the_winner_beats_every_hand_picked_strategy(bert: pd.DataFrame) -> None:
+    from parallel_scaling import run, strategies  # the study's own strategies, built alike
+
+    hand = [run("quad-v100-nvlink", "bert_base", 8, 32, "fp16", *s)
+            for n in (2, 4) for s in strategies("bert_base", n)]
+    best = bert.iloc[0]
+    assert best["why"] == "fastest" and best["feasible"]
+    assert best["step_s"] <= min(r["step_s"] for r in hand if r["feasible"]) * (1 + 1e-12)
+
+
+def test_bounds_hold_and_prune_only_what_cannot_win(bert: pd.DataFrame) -> None:
+    ran = bert[bert["step_s"].notna()]
+    assert (ran["bound_s"] <= ran["step_s"] * (1 + 1e-9)).all()
+    best = bert.iloc[0]["step_s"]
+    pruned = bert[bert["reason"].astype(str).str.startswith("pruned")]
+    assert (pruned["bound_s"] >= best).all()
+
+
+def test_each_step_splits_into_compute_bubble_and_exposed_communication(
+        bert: pd.DataFrame) -> None:
+    ran = bert[bert["step_s"].notna()]
+    total = ran["compute_s"] + ran["bubble_s"] + ran["exposed_comm_s"]
+    assert (total - ran["step_s"]).abs().max() < 1e-12
+    assert (ran[["compute_s", "bubble_s", "exposed_comm_s"]] >= 0).all().all()
+    losers = bert[bert["why"].str.contains("%")]
+    assert losers["why"].str.match(r"\+\d+\.\d%: (compute|bubble or waiting|exposed "
+                                   r"communication) \+").all()
+
+
+def test_candidates_divide_the_batch_and_keep_tensor_parallelism_in_a_host() -> None:
+    cluster = get_cluster("dgx-h100-x2-ib")  # two hosts of eight
+    found = candidates(cluster, 12, [16])
+    assert found and all(12 % s.dp == 0 and s.tp <= 8 and s.gpus == 16 for s in found)
+    assert Strategy(2, 8, 1, 1, "1f1b", 25.0, "hierarchical") in found
+    assert all(12 // s.dp % s.microbatches == 0 for s in found)
+
+
+def test_the_command_prints_the_table_and_refuses_bad_counts(capsys) -> None:
+    code = main(["autoparallel", "--model", "mlp", "--cluster", "quad-v100-nvlink",
+                 "--global-batch", "16", "--gpus", "1,2", "--workers", "1", "--json"])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert code == 0 and data["rows"][0]["why"] == "fastest"
+    assert math.isfinite(data["rows"][0]["step_s"])
+    code = main(["autoparallel", "--model", "mlp", "--cluster", "quad-v100-nvlink",
+                 "--gpus", "2,9"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err == ("placelab: error: autoparallel: gpus must be between 1 and "
+                                 "cluster 'quad-v100-nvlink''s 4, got 9\n")
