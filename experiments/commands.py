@@ -323,7 +323,9 @@ def cmd_simulate(args: argparse.Namespace) -> None:
             **({k: p.info.get(k, 1) for k in ("dp", "pp", "tp")} if parallel else {}),
             "lower_bound_s": bound,
             "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
-            **result.summary(), "repair_rounds": rounds}
+            **result.summary(), "repair_rounds": rounds,
+            **({"search": {k: p.info[k] for k in _SEARCH_INFO}} if "score_s" in p.info
+               else {})}
     lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
              f"  makespan     {result.makespan_s * 1e3:.3f} ms"
              + (f"  ({result.makespan_s / bound:.2f}x the lower bound "
@@ -334,6 +336,7 @@ def cmd_simulate(args: argparse.Namespace) -> None:
              + (f" ({result.collective_bytes / 1e6:.1f} MB in collectives)"
                 if result.collective_bytes else ""),
              f"  placement    {p.placement_s * 1e3:.1f} ms of policy time",
+             *_search_line(p.info),
              "  op times     " + ", ".join(
                  f"{share['share']:.0%} from the {name} ({share['ops']:.0f} ops)"
                  for name, share in result.cost_sources.items())]
@@ -366,6 +369,19 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
                                                                     links=args.links))
     args.order = args.order or "plan"
     return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
+
+
+#: What a search policy reports of its run (``policies.search``).
+_SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "accepted", "stopped_by")
+
+
+def _search_line(info: dict[str, Any]) -> list[str]:
+    """A search's run in one line: from its start's score to its own."""
+    if "score_s" not in info:
+        return []
+    return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
+            f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations, "
+            f"{info['accepted']} moves accepted (stopped by {info['stopped_by']})"]
 
 
 def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:

@@ -42,7 +42,6 @@ from policies.plans import Placement, Plan, order_by_priority, split_by_device
 from policies.problem import MemoryBook, Problem, model_makespan
 from workloads.errors import PlacementError
 from workloads.graph import Graph
-from workloads.params import split_specs
 
 __all__ = ["MCMC", "Evaluator", "contention_free"]
 
@@ -99,14 +98,14 @@ class MCMC(PlacementPolicy):
                         "share of the makespan is accepted with probability 1/e"),
               Param("restarts", "int", 4, minimum=1,
                     doc="chains, each from the best plan found so far"),
-              Param("start", "str", "heft,metis,m_etf",
-                    doc="the policies whose best plan the search starts from"),
+              Param("start", "str", "heft+metis+m_etf",
+                    doc="the policies whose best plan the search starts from, joined by +"),
               Param("seed", "seed", 0, doc="fixes the moves"),
               Param("time_limit_s", "float", None, minimum=0, optional=True,
                     doc="a wall-clock cap (the plan then depends on the machine)"))
 
     def __init__(self, evals: int = 2000, beta: float = 60.0, restarts: int = 4,
-                 start: str = "heft,metis,m_etf", seed: Seed = 0,
+                 start: str = "heft+metis+m_etf", seed: Seed = 0,
                  time_limit_s: float | None = None) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
@@ -114,7 +113,7 @@ class MCMC(PlacementPolicy):
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)
         self.time_limit_s = self.checked("time_limit_s", time_limit_s)
-        starts = split_specs(self.start)
+        starts = _starts(self.start)
         for spec in starts:
             name = spec.partition(":")[0]
             if name not in POLICIES or getattr(POLICIES.get(name), "scores_plans", False):
@@ -166,7 +165,7 @@ class _Search:
         best: tuple[list[int], float, Plan, str] | None = None
         errors = []
         index = {d: k for k, d in enumerate(self.problem.devices)}
-        for spec in split_specs(self.policy.start):
+        for spec in _starts(self.policy.start):
             if not self.left():
                 break
             try:
@@ -284,6 +283,12 @@ class _Search:
         # suits graphs of any size
         delta = (seconds - now) * len(self.units) / now if now > 0 else math.inf
         return bool(self.rng.random() < math.exp(-self.policy.beta * delta))
+
+
+def _starts(text: str) -> list[str]:
+    """``"heft+metis:seed=2"`` -> ``["heft", "metis:seed=2"]`` (``+``: a comma would end
+    the ``mcmc:...`` spec on the command line)."""
+    return [part for part in text.split("+") if part]
 
 
 def _ranked(graph: Graph, start: Plan) -> list[str]:

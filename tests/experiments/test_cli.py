@@ -417,3 +417,15 @@ def test_a_broken_pipe_other_than_standard_output_is_an_error(capsys, monkeypatc
     code, out, err = run(capsys, "list", "models")
     assert code == 2 and out == ""
     assert err == "placelab: error: cannot write or read 'trace.fifo': Broken pipe\n"
+
+
+def test_simulate_with_a_search_reports_its_run(capsys) -> None:
+    code, out, _ = run(capsys, "simulate", "--model", "mlp", "--batch", "16", "--train",
+                       "--cluster", "hetero-box", "--policy", "mcmc:evals=25,start=heft+cpop",
+                       "--json")
+    data = json.loads(out)
+    assert code == 0 and data["search"]["evals"] == 25
+    assert data["search"]["start"] in ("heft", "cpop")
+    # the search scored its plan with the simulator: the score is the simulated makespan
+    assert data["search"]["score_s"] == data["makespan_s"]
+    assert data["search"]["score_s"] <= data["search"]["start_score_s"]

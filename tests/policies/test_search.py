@@ -53,7 +53,7 @@ def test_a_plan_that_does_not_fit_is_never_chosen() -> None:
     step = training_graph(build_model("gpt2_small", batch=12, seq_len=1024), "adam")
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
-    p = plan(step, cluster, MCMC(evals=12, start="single_device,m_topo"), cost,
+    p = plan(step, cluster, MCMC(evals=12, start="single_device+m_topo"), cost,
              evaluate=evaluator(cluster, cost))
     assert p.info["start"] == "m_topo" and math.isfinite(p.info["score_s"])
     assert simulate(p, cluster, cost).feasible
@@ -78,7 +78,7 @@ def test_the_contention_free_score_is_the_simulators_without_contention(
 def test_bad_starts_are_refused_by_name() -> None:
     with pytest.raises(PlacementError, match=r"policy 'mcmc': start must name registered "
                                              r"policies that score no plans, got 'nope'"):
-        MCMC(start="heft,nope")
+        MCMC(start="heft+nope")
     with pytest.raises(PlacementError, match=r"got 'mcmc'"):
         MCMC(start="mcmc")
     with pytest.raises(PlacementError, match=r"mcmc': evals must be an int >= 1, got 0"):
