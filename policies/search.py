@@ -22,12 +22,13 @@ number of evaluations (every plan scored counts, the starts included), never wal
 a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
 default) adds a wall-clock cap at the price of that guarantee. The search restarts
 ``restarts`` times from the best plan found so far, and returns the best plan it scored, so
-it is never worse than its start. The global order starts as the first start plan's
-priorities give it (a topological order where it has none).
+it is never worse than its start. The starts are scored as their policies made them; the
+chain's global order starts as one that gives the best start's device orders back.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
 from policies.params import Param
-from policies.plans import Placement, Plan, order_by_priority, split_by_device
+from policies.plans import Placement, Plan, split_by_device
 from policies.problem import MemoryBook, Problem, model_makespan
 from workloads.errors import PlacementError
 from workloads.graph import Graph
@@ -161,7 +162,9 @@ class _Search:
         return self.evaluate(candidate), candidate
 
     def begin(self) -> tuple[list[int], float, Plan, str]:
-        """The best plan of the start policies (each scored once)."""
+        """The best plan of the start policies, each scored as its policy made it (so the
+        search is never worse than any of them); the global order of the chain is one that
+        gives the best start's device orders back."""
         best: tuple[list[int], float, Plan, str] | None = None
         errors = []
         index = {d: k for k, d in enumerate(self.problem.devices)}
@@ -173,15 +176,15 @@ class _Search:
             except PlacementError as err:
                 errors.append(f"{spec}: {err}")
                 continue
-            if best is None:  # one global order for the whole search
-                self.ranked = _ranked(self.graph, start)
             where = [index[start.placement[n]] for n in self.problem.names]
-            seconds, scored = self.score(where, self.ranked)
+            self.used += 1
+            seconds = self.evaluate(start)
             if best is None or seconds < best[1]:
-                best = (where, seconds, scored, spec)
+                best = (where, seconds, start, spec)
         if best is None:
             raise PlacementError("policy 'mcmc': no start policy gave a plan: "
                                  + "; ".join(errors))
+        self.ranked = _merged(self.graph, best[2])
         return best
 
     def run(self) -> Placement:
@@ -291,9 +294,13 @@ def _starts(text: str) -> list[str]:
     return [part for part in text.split("+") if part]
 
 
-def _ranked(graph: Graph, start: Plan) -> list[str]:
-    """One topological order of every op, preferring the start plan's priorities (so
-    that each device's order is a restriction of it and no order deadlocks)."""
-    order = order_by_priority(graph, dict.fromkeys(graph.names, "all"),
-                              start.priority or None)
-    return list(order.get("all", ()))
+def _merged(graph: Graph, start: Plan) -> list[str]:
+    """One topological order of every op that keeps each device's order of ``start``
+    (so splitting it by device gives those orders back), ties in the graph's order."""
+    import networkx as nx
+
+    g = graph.to_networkx()
+    for ops in start.order.values():
+        g.add_edges_from(itertools.pairwise(ops))
+    position = graph.arrays.position
+    return list(nx.lexicographical_topological_sort(g, key=position.__getitem__))

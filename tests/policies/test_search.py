@@ -83,3 +83,18 @@ def test_bad_starts_are_refused_by_name() -> None:
         MCMC(start="mcmc")
     with pytest.raises(PlacementError, match=r"mcmc': evals must be an int >= 1, got 0"):
         MCMC(evals=0)
+
+
+def test_never_worse_than_any_start_as_its_policy_planned_it() -> None:
+    step = training_graph(build_model("lenet5", batch=16), "adam")
+    cluster = get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    simulated = evaluator(cluster, cost, links="fair")
+    p = plan(step, cluster, MCMC(evals=30, start="heft+cpop+single_device"), cost,
+             evaluate=simulated)
+    starts = {name: simulate(plan(step, cluster, name, cost), cluster, cost,
+                             links="fair").makespan_s
+              for name in ("heft", "cpop", "single_device")}
+    assert p.info["start_score_s"] == min(starts.values())
+    assert p.info["score_s"] <= min(starts.values())
+    assert simulate(p, cluster, cost, links="fair").makespan_s == p.info["score_s"]
