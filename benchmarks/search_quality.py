@@ -17,12 +17,16 @@ evaluations.
 Part 4 (every start): part 1's cells more than 10% above the bound, ``mcmc`` at the largest
 budget started from every one-shot heuristic instead.
 
+Part 5 (published): for each model and global batch of NeuSight's Megatron-LM iterations
+on four GPUs (``benchmarks/data``; dp4, tp4 and pp4 measured), ``autoparallel`` over the four
+GPUs (FP32, Adam, as measured) against the strategy that ran fastest for real.
+
 Part 3 (autoparallel): GPT-2 small, global batch 32, sequence 1,024, FP16, SGD, on four
 DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy and its wall
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
-    python benchmarks/search_quality.py [--evals 500,2000] [--parts 1,2,3,4] [--quick]
+    python benchmarks/search_quality.py [--evals 500,2000] [--parts 1,2,3,4,5] [--quick]
                                         [--out F]
 """
 
@@ -170,6 +174,38 @@ def part_autoparallel(quick: bool) -> tuple[pd.DataFrame, dict[str, Any]]:
     return hand[["strategy", "gpus", "dp", "pp", "tp", "step_s", "feasible"]], summary
 
 
+def part_published(quick: bool) -> pd.DataFrame:
+    """NeuSight's Megatron-LM iterations on four GPUs (gpu_published.py's part 3): the
+    strategy autoparallel picks against the one that ran fastest for real."""
+    from gpu_published import FOUR_GPU, ZOO
+
+    from experiments.autoparallel import autoparallel
+    from hwmodels.published import neusight_models
+
+    groups: dict[tuple[str, str, int, int], dict[str, float]] = {}
+    for m in neusight_models():
+        if m.parallel != "none":
+            groups.setdefault((m.device, m.model, m.batch, m.seqlen), {})[m.parallel] = m.e2e_s
+    rows = []
+    for (device, model, batch, seq), measured in list(groups.items())[:1 if quick else None]:
+        start = time.perf_counter()
+        ranked = autoparallel(ZOO[model], FOUR_GPU[device], global_batch=batch, seq_len=seq,
+                              dtype="fp32", optimizer="adam", gpus=[4])
+        top = ranked.iloc[0]
+        shape = {(4, 1, 1): "dp4", (1, 4, 1): "tp4", (1, 1, 4): "pp4"}.get(
+            (int(top["dp"]), int(top["tp"]), int(top["pp"])), "")  # (dp, tp, pp)
+        fastest = min(measured, key=measured.__getitem__)
+        rows.append({"gpus": f"4x {device}", "model": model, "global_batch": batch,
+                     "measured": ", ".join(f"{k} {v * 1e3:.0f} ms"
+                                           for k, v in sorted(measured.items())),
+                     "fastest_measured": fastest, "autoparallel": top["strategy"],
+                     "picks_the_fastest": shape == fastest,
+                     "simulated_ms": top["step_s"] * 1e3,
+                     "seconds": time.perf_counter() - start})
+        print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
 def _line(row: dict[str, Any]) -> str:
     return "| " + " | ".join(f"{v:.3f}" if isinstance(v, float) else str(v)
                              for v in row.values()) + " |"
@@ -221,6 +257,13 @@ def main(argv: list[str] | None = None) -> str:
                   f"more than 10% above the bound", "", *table(df.round(4)), "",
                   f"at least 10% faster than the best heuristic on {won} of {len(df)}; "
                   f"median gain {df['gain_vs_heuristic'].median():+.1%}"]
+    if 5 in parts:
+        df = part_published(args.quick)
+        lines += ["", "### Part 5: autoparallel against NeuSight's measured 4-GPU strategies",
+                  "", *table(df.round(3)), "",
+                  f"picks the strategy that ran fastest for real in "
+                  f"{int(df['picks_the_fastest'].sum())} of {len(df)} (strategies not measured "
+                  f"cannot be checked)"]
     if 3 in parts:
         hand, summary = part_autoparallel(args.quick)
         lines += ["", "### Part 3: autoparallel against the parallel-scaling strategies", "",

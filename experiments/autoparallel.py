@@ -15,9 +15,9 @@ number of micro-batches, 25 MiB ring buckets), then every other setting of the `
 best shapes; the settings of the other shapes are not tried (the result says how many).
 Before a candidate is built it gets a lower bound: one tensor-parallel rank's whole
 training step at its data-parallel share of the batch, on one device, over the pipeline's
-stages (under the roofline, splitting an op never takes less time in all, and the busiest
-stage holds at least its share); a candidate whose bound is no better than the best step
-found so far is pruned unbuilt.
+stages and the device's compute streams (under the roofline, splitting an op never takes
+less time in all, and the busiest stage holds at least its share); a candidate whose bound
+is no better than the best step found so far is pruned unbuilt.
 
 The table ranks what ran, fastest first, and says why each lost to the winner: out of
 memory, not applicable (a split the model lacks), pruned by its bound, or the part of its
@@ -257,7 +257,8 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
                 work[s.dp, s.tp] = f"not applicable: {err}"
     rows = [{**asdict(s), "strategy": s.label(), "gpus": s.gpus, "feasible": False,
              "reason": work[s.dp, s.tp]} for s in every if isinstance(work[s.dp, s.tp], str)]
-    bounds = {s: float(work[s.dp, s.tp]) / s.pp for s in every
+    streams = max(d.compute_streams for d in cluster.devices)
+    bounds = {s: float(work[s.dp, s.tp]) / (s.pp * streams) for s in every
               if not isinstance(work[s.dp, s.tp], str)}
     args = (model, global_batch, seq_len, dtype, optimizer, cluster_name)
     shapes: dict[tuple[int, int, int], list[Strategy]] = {}
