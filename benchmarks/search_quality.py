@@ -59,16 +59,22 @@ MODELS = (("resnet50", 32), ("inception_v3", 16), ("gpt2_small", 8), ("bert_base
 HEURISTICS = [n for n in POLICIES.names() if POLICIES.get(n).in_all and n != "optimal"]
 
 
-def best_heuristic(step: Any, cluster: Any, cost: Any) -> tuple[float, str]:
-    best = (np.inf, "")
+def heuristics(step: Any, cluster: Any, cost: Any) -> dict[str, float]:
+    """Every one-shot policy's simulated step (fair links), infinity out of memory."""
+    out = {}
     for name in HEURISTICS:
         try:
             result = simulate(plan(step, cluster, name, cost), cluster, cost, links="fair")
         except PlacementError:
             continue
-        if result.feasible and result.makespan_s < best[0]:
-            best = (result.makespan_s, name)
-    return best
+        out[name] = result.makespan_s if result.feasible else np.inf
+    return out
+
+
+def best_heuristic(step: Any, cluster: Any, cost: Any) -> tuple[float, str]:
+    found = heuristics(step, cluster, cost)
+    name = min(found, key=found.__getitem__)
+    return found[name], name
 
 
 def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
@@ -81,7 +87,11 @@ def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
             cluster = get_cluster(name)
             cost = RooflineCost(cluster)
             bound = lower_bound(step, cluster, cost)
-            heuristic, which = best_heuristic(step, cluster, cost)
+            found = heuristics(step, cluster, cost)
+            which = min(found, key=found.__getitem__)
+            heuristic = found[which]
+            # its starts as their policies plan them, simulated here on their own
+            starts = min(found.get(n, np.inf) for n in ("heft", "metis", "m_etf"))
             far = heuristic / bound > 1.10
             for evals in budgets if far else budgets[:1]:
                 start = time.perf_counter()
@@ -93,7 +103,7 @@ def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
                              "start_vs_bound": p.info["start_score_s"] / bound,
                              "mcmc_vs_bound": p.info["score_s"] / bound,
                              "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
-                             "never_worse": p.info["score_s"] <= p.info["start_score_s"],
+                             "never_worse": p.info["score_s"] <= starts,
                              "far_from_bound": far, "seconds": time.perf_counter() - start})
                 print(_line(rows[-1]), flush=True)
     return pd.DataFrame(rows)
@@ -238,8 +248,9 @@ def main(argv: list[str] | None = None) -> str:
             lines.append(f"{evals} evals, cells more than 10% above the bound: {len(rows)}; "
                          f"mcmc at least 10% faster than the best heuristic on {won}; median "
                          f"gain {rows['gain_vs_heuristic'].median():+.1%}; never worse than "
-                         f"its start: {bool(rows['never_worse'].all())}")
-        lines.append(f"never worse than its start on every cell: "
+                         f"its starts: {bool(rows['never_worse'].all())}")
+        lines.append(f"never worse than heft, metis and m_etf (simulated on their own) on "
+                     f"every cell: "
                      f"{bool(df['never_worse'].all())}")
     if 2 in parts:
         df = part_optimum(args.quick)

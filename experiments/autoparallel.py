@@ -11,23 +11,28 @@ plan order for a pipeline, priority order otherwise, as ``parallelize`` prescrib
 process pool.
 
 The search runs in two rounds: every shape with its middle settings (1F1B at the middle
-number of micro-batches, 25 MiB ring buckets), then every other setting of the ``refine``
-best shapes; the settings of the other shapes are not tried (the result says how many).
-Before a candidate is built it gets a lower bound: one tensor-parallel rank's whole
-training step at its data-parallel share of the batch, on one device, over the pipeline's
-stages and the device's compute streams (under the roofline, splitting an op never takes
-less time in all, and the busiest stage holds at least its share); a candidate whose bound
-is no better than the best step found so far is pruned unbuilt.
+number of micro-batches, 25 MiB buckets, the hierarchical all-reduce across hosts), then
+every other setting of the ``refine`` best shapes; the settings of the other shapes are not
+tried (the result says how many; a shape out of memory at its middle number of
+micro-batches is not retried with more).
+Before a candidate is built it gets a lower bound (:func:`bound`) from one tensor-parallel
+rank's whole training step at its data-parallel share of the batch and, for a pipeline, one
+micro-batch's forward and backward, each op on its fastest device (under the roofline,
+splitting an op never takes less time in all): the busiest stage's share of the step, and
+the pipeline's fill and drain around its busiest stage; a candidate whose bound is no
+better than the best step found so far is pruned unbuilt.
 
 The table ranks what ran, fastest first, and says why each lost to the winner: out of
 memory, not applicable (a split the model lacks), pruned by its bound, or the part of its
 step that grew most against the winner's: compute (the busiest device's), bubble or waiting
-(its idle time with no transfer of its own in flight: a pipeline's bubble, or waiting on
-other devices) or exposed communication (its idle time while one of its own is).
+(its idle time with no transfer or collective kernel of its own in flight: a pipeline's
+bubble, or waiting on other devices) or exposed communication (its idle time while one
+of its own is).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -44,7 +49,7 @@ if TYPE_CHECKING:
 
     from hwmodels.spec import Cluster
 
-__all__ = ["Strategy", "autoparallel", "candidates"]
+__all__ = ["Strategy", "autoparallel", "bound", "candidates", "rank_work"]
 
 BUCKETS_MIB = (5.0, 25.0, 100.0)
 
@@ -76,6 +81,19 @@ class Strategy:
         extra = ([f"m{self.microbatches} {self.schedule}"] if self.pp > 1 else []) + (
             [f"{self.bucket_mib:g} MiB {self.algorithm}"] if self.dp > 1 else [])
         return " x ".join(parts) + (f" ({', '.join(extra)})" if extra else "")
+
+
+def fastest_first(cluster: Cluster, dtype: str) -> list[str]:
+    """The cluster's devices by peak rate for ``dtype``, fastest first (in the cluster's
+    order among equals, so that hosts stay together); those without it last. A strategy
+    over ``g`` devices takes the first ``g``.
+
+    >>> from hwmodels import get_cluster
+    >>> fastest_first(get_cluster("workstation"), "fp16")
+    ['gpu0', 'cpu0']
+    """
+    return sorted(cluster.device_names,
+                  key=lambda d: -cluster.device(d).peak.get(dtype, 0.0))
 
 
 def _divisors(n: int) -> list[int]:
@@ -127,17 +145,68 @@ def _cost(cluster_name: str) -> tuple[Any, Any]:
 
 
 def rank_work(model: str, batch: int, seq_len: int | None, dtype: str, optimizer: str,
-              cluster_name: str, tp: int) -> float:
-    """One tensor-parallel rank's training step at ``batch`` on the cluster's first
-    device, in seconds (the sum of its ops' times)."""
+              cluster_name: str, tp: int, *, updates: bool = True) -> float:
+    """One tensor-parallel rank's training step at ``batch``, each op on the device of the
+    cluster that runs it fastest, in seconds (the sum of its ops' times); without the
+    optimizer's updates unless ``updates``."""
+    import dataclasses
+
+    import numpy as np
+
     from policies.parallel import micro_step
     from workloads import build_model
 
     cluster, cost = _cost(cluster_name)
     step = micro_step(build_model(model, batch=batch, seq_len=seq_len, dtype=dtype, tp=tp),
                       1, optimizer)
-    device = cluster.device_names[0]
-    return float(sum(cost.op_times(step, dict.fromkeys(step.names, device))))
+    kinds: dict[Any, str] = {}  # one device of each kind (a cluster repeats its models)
+    for name in cluster.device_names:
+        kinds.setdefault(dataclasses.replace(cluster.device(name), name="any"), name)
+    fastest = np.min([_op_times(cost, step, d) for d in kinds.values()], axis=0)
+    if not np.isfinite(fastest).all():
+        op = step.ops[int(np.flatnonzero(~np.isfinite(fastest))[0])]
+        raise PlacementError(f"op {op.name!r} ({op.dtype}) runs on no device of cluster "
+                             f"{cluster_name!r}")
+    keep = np.array([updates or not op.kind.endswith("_update") for op in step])
+    return float(fastest[keep].sum())
+
+
+def _op_times(cost: Any, step: Any, device: str) -> list[float]:
+    """Each op's time on ``device``, infinity where it cannot run there (a dtype the
+    device lacks)."""
+    from workloads.errors import UnsupportedOp
+
+    try:
+        return list(cost.op_times(step, dict.fromkeys(step.names, device)))
+    except UnsupportedOp:
+        times = []
+        for op in step:
+            try:
+                times.append(cost.op_time(op, device))
+            except UnsupportedOp:
+                times.append(math.inf)
+        return times
+
+
+def bound(strategy: Strategy, step_s: float, micro_fb_s: float, streams: int) -> float:
+    """A lower bound of the strategy's step from one rank's whole step (``step_s``) and
+    one micro-batch's forward and backward (``micro_fb_s``), on devices of ``streams``
+    compute streams each: the busiest stage holds at least its share of the step, and with
+    ``S`` stages of one micro-batch's work ``c_1 .. c_S`` (summing to ``micro_fb_s``),
+    stage ``s`` cannot start before micro-batch one's forward has crossed the stages before
+    it, nor end before the last micro-batch's backward has crossed them after it, around
+    its own ``m c_s`` of work: ``T >= c_1 + .. + c_(s-1) + a c_s`` for every ``s`` (``a``
+    = micro-batches over streams, at least 1), whose smallest maximum over the ``c`` is
+    ``micro_fb_s / (1 - (1 - 1/a)^S)``.
+
+    >>> bound(Strategy(1, 1, 1), 8.0, 8.0, 1), bound(Strategy(1, 1, 2, 2), 8.0, 4.0, 1)
+    (8.0, 5.333333333333333)
+    """
+    share = step_s / (strategy.pp * streams)
+    if strategy.pp == 1:
+        return share
+    a = max(strategy.microbatches / streams, 1.0)
+    return max(share, micro_fb_s / (1.0 - (1.0 - 1.0 / a) ** strategy.pp))
 
 
 def evaluate(strategy: Strategy, model: str, batch: int, seq_len: int | None, dtype: str,
@@ -156,11 +225,13 @@ def evaluate(strategy: Strategy, model: str, batch: int, seq_len: int | None, dt
                            tp=strategy.tp, microbatches=strategy.microbatches,
                            schedule=strategy.schedule, algorithm=strategy.algorithm,
                            bucket_bytes=int(strategy.bucket_mib * 2**20),
-                           optimizer=optimizer)
-    except PlacementError as err:
+                           optimizer=optimizer,
+                           devices=fastest_first(cluster, dtype)[:strategy.gpus])
+        result = simulate(plan, cluster, cost, links="fair",
+                          order="plan" if strategy.pp > 1 else "priority")
+    except PlacelabError as err:  # a split the model lacks, stages on unlinked devices, a
+        # device without the dtype
         return row | {"feasible": False, "reason": f"not applicable: {err}"}
-    result = simulate(plan, cluster, cost, links="fair",
-                      order="plan" if strategy.pp > 1 else "priority")
     return row | {"step_s": result.makespan_s, "feasible": result.feasible,
                   "samples_per_s": batch / result.makespan_s,
                   "reason": result.reason,
@@ -178,8 +249,10 @@ def _breakdown(result: Any) -> dict[str, float]:
         return {"compute_s": 0.0, "bubble_s": 0.0, "exposed_comm_s": 0.0}
     device = str(busy.idxmax())
     mine = compute[compute["device"] == device]
-    moves = trace[(trace["kind"] != "compute")
-                  & ((trace["src"] == device) | (trace["dst"] == device))]
+    # its transfers, and the pack, reduce and unpack kernels of its collectives
+    moves = trace[((trace["kind"] == "transfer")
+                   & ((trace["src"] == device) | (trace["dst"] == device)))
+                  | ((trace["kind"] == "collective") & (trace["device"] == device))]
     computing = _union(mine["start_s"].to_numpy(), mine["end_s"].to_numpy())
     moving = _union(moves["start_s"].to_numpy(), moves["end_s"].to_numpy())
     exposed = _length(moving) - _overlap(moving, computing)
@@ -217,12 +290,14 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
 def autoparallel(model: str, cluster_name: str, *, global_batch: int,
                  seq_len: int | None = None, dtype: str = "fp16", optimizer: str = "adam",
                  gpus: Sequence[int] | None = None, workers: int | None = None,
-                 refine: int = 3) -> pd.DataFrame:
+                 refine: int = 3, exhaustive: bool = False) -> pd.DataFrame:
     """Every strategy of training ``model`` on ``cluster_name`` at ``global_batch``,
     simulated where its bound lets it win, ranked (see the module). ``gpus``: the device
     counts to try (default: the powers of two below the cluster's count, and that count).
     ``workers``: processes (default: every core; 1: this process). ``refine``: how many of
     the best shapes get every setting tried (``df.attrs["untried"]`` says what was left).
+    ``exhaustive``: every candidate built and simulated, nothing pruned or left (slow; what
+    the search is checked against).
 
     >>> df = autoparallel("mlp", "quad-v100-nvlink", global_batch=64, gpus=[1, 2],
     ...                   workers=1)
@@ -258,58 +333,86 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
     rows = [{**asdict(s), "strategy": s.label(), "gpus": s.gpus, "feasible": False,
              "reason": work[s.dp, s.tp]} for s in every if isinstance(work[s.dp, s.tp], str)]
     streams = max(d.compute_streams for d in cluster.devices)
-    bounds = {s: float(work[s.dp, s.tp]) / (s.pp * streams) for s in every
-              if not isinstance(work[s.dp, s.tp], str)}
+    micro: dict[tuple[int, int, int], float] = {}
+    for s in every:
+        if s.pp > 1 and not isinstance(work[s.dp, s.tp], str) and \
+                (s.dp, s.tp, s.microbatches) not in micro:
+            micro[s.dp, s.tp, s.microbatches] = rank_work(
+                model, global_batch // s.dp // s.microbatches, seq_len, dtype, optimizer,
+                cluster_name, s.tp, updates=False)
+    bounds = {s: bound(s, float(work[s.dp, s.tp]), micro.get((s.dp, s.tp, s.microbatches),
+                                                             0.0), streams)
+              for s in every if not isinstance(work[s.dp, s.tp], str)}
     args = (model, global_batch, seq_len, dtype, optimizer, cluster_name)
     shapes: dict[tuple[int, int, int], list[Strategy]] = {}
     for strategy in bounds:
         shapes.setdefault((strategy.dp, strategy.tp, strategy.pp), []).append(strategy)
-    # round 1: each shape (dp, tp, pp) with its middle settings
+    # round 1: each shape (dp, tp, pp) with its middle settings; a shape is pruned only
+    # when its bound cannot beat the ``refine``-th best step so far, so the shapes refined
+    # are the best ``refine`` whatever order the pool finishes in
     first = {shape: _middle(options) for shape, options in shapes.items()}
+    if exhaustive:  # every shape refined, nothing pruned
+        refine = len(shapes)
     tried = list(_run(_by_bound(list(first.values()), bounds), bounds, args, workers,
-                      math.inf))
+                      [], keep=refine))
     # round 2: every other setting of the best ``refine`` shapes
     steps = {(r["dp"], r["tp"], r["pp"]): r["step_s"] for r in tried if r["feasible"]}
-    best_shapes = sorted(steps, key=steps.__getitem__)[:refine]
+    best_shapes = sorted(steps, key=lambda k: (steps[k], k))[:refine]
     more = [s for shape in best_shapes for s in shapes[shape] if s != first[shape]]
     tried += list(_run(_by_bound(more, bounds), bounds, args, workers,
-                       min(steps.values(), default=math.inf)))
+                       sorted(steps.values()), keep=len(bounds) + 1 if exhaustive else 1))
+    if not any(r["feasible"] for r in tried):
+        reasons = [r["reason"] for r in rows + tried if r.get("reason")]
+        raise PlacelabError(f"autoparallel: no strategy of training {model!r} on "
+                            f"{cluster_name!r} ran (out of memory or not applicable); the "
+                            f"first reason: {reasons[0] if reasons else 'none'}")
     left = [shape for shape in shapes if shape not in best_shapes and len(shapes[shape]) > 1]
     untried = sum(len(shapes[shape]) - 1 for shape in left)
     df = _ranked(pd.DataFrame(rows + tried))
     df.attrs["untried"] = (
-        f"{untried} other settings of {len(left)} shapes not tried: their middle settings "
-        f"ranked below the best {refine} shapes in the first round" if untried else
+        f"{untried} other settings of {len(left)} shapes not tried: with their middle "
+        f"settings those shapes were not among the best {refine} (slower, pruned by their "
+        f"bound, out of memory or not applicable)" if untried else
         "every setting of every shape tried or pruned by its bound")
     return df
 
 
 def _by_bound(listed: list[Strategy], bounds: dict[Strategy, float]) -> list[Strategy]:
-    return sorted(listed, key=lambda s: (bounds[s], s.gpus, s.label()))
+    return sorted(listed, key=lambda s: _by_bound_key(s, bounds))
 
 
 def _middle(options: list[Strategy]) -> Strategy:
     """The settings tried first for one shape: 1F1B at the middle number of
-    micro-batches, 25 MiB ring buckets."""
+    micro-batches, 25 MiB buckets, all-reduced hierarchically where they cross hosts (as
+    NCCL does), by a ring otherwise."""
     ms = sorted({s.microbatches for s in options})
     m = ms[len(ms) // 2]
+    algorithm = "hierarchical" if any(s.algorithm == "hierarchical" for s in options) \
+        else "ring"
     return next(s for s in options if s.microbatches == m and s.schedule == "1f1b"
-                and s.bucket_mib == 25.0 and s.algorithm == "ring")
+                and s.bucket_mib == 25.0 and s.algorithm == algorithm)
 
 
 def _run(listed: list[Strategy], bounds: dict[Strategy, float], args: tuple[Any, ...],
-         workers: int | None, best: float) -> Iterator[dict[str, Any]]:
-    """Each strategy's row, in the order given (that of the bounds); none built whose
-    bound cannot beat ``best`` or the best feasible step found since."""
+         workers: int | None, steps: list[float], *, keep: int) -> Iterator[dict[str, Any]]:
+    """Each strategy's row, as it finishes; none built whose bound is no better than the
+    ``keep``-th best feasible step known (``steps``, and those found since)."""
+    steps = sorted(steps)
+
+    def threshold() -> float:
+        return steps[keep - 1] if len(steps) >= keep else math.inf
+
+    def record(row: dict[str, Any]) -> dict[str, Any]:
+        if row["feasible"]:
+            bisect.insort(steps, row["step_s"])
+        return row
+
     if workers == 1:
         for s in listed:
-            if bounds[s] >= best:
-                yield _pruned(s, bounds[s], best)
+            if bounds[s] >= threshold():
+                yield _pruned(s, bounds[s], threshold())
                 continue
-            row = evaluate(s, *args) | {"bound_s": bounds[s]}
-            if row["feasible"]:
-                best = min(best, row["step_s"])
-            yield row
+            yield record(evaluate(s, *args) | {"bound_s": bounds[s]})
         return
     from experiments.sweep import exit_with_parent
 
@@ -321,23 +424,27 @@ def _run(listed: list[Strategy], bounds: dict[Strategy, float], args: tuple[Any,
         while queue or running:
             while queue and len(running) < size:
                 s = queue.pop(0)
-                if bounds[s] >= best:
-                    yield _pruned(s, bounds[s], best)
+                if bounds[s] >= threshold():
+                    yield _pruned(s, bounds[s], threshold())
                     continue
                 running[pool.submit(evaluate, s, *args)] = s
+            if not running:
+                continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
+            for future in sorted(done, key=lambda f: _by_bound_key(running[f], bounds)):
                 s = running.pop(future)
-                row = future.result() | {"bound_s": bounds[s]}
-                if row["feasible"]:
-                    best = min(best, row["step_s"])
-                yield row
+                yield record(future.result() | {"bound_s": bounds[s]})
+
+
+def _by_bound_key(s: Strategy, bounds: dict[Strategy, float]) -> tuple[float, int, str]:
+    return (bounds[s], s.gpus, s.label())
 
 
 def _pruned(s: Strategy, bound: float, best: float) -> dict[str, Any]:
     return {**asdict(s), "strategy": s.label(), "gpus": s.gpus, "bound_s": bound,
             "feasible": None, "reason": f"pruned: its bound {bound * 1e3:.3f} ms is no "
-                                        f"better than the best step {best * 1e3:.3f} ms"}
+                                        f"better than a step already found, "
+                                        f"{best * 1e3:.3f} ms"}
 
 
 def _ranked(df: pd.DataFrame) -> pd.DataFrame:
@@ -348,7 +455,8 @@ def _ranked(df: pd.DataFrame) -> pd.DataFrame:
             df[column] = np.nan
     ok = df["feasible"].fillna(False).astype(bool)
     df = df.assign(_key=np.where(ok, df["step_s"], np.inf)).sort_values(
-        ["_key", "bound_s"], kind="stable").drop(columns="_key").reset_index(drop=True)
+        ["_key", "bound_s", "gpus", "strategy"], kind="stable").drop(
+        columns="_key").reset_index(drop=True)
     ok = df["feasible"].fillna(False).astype(bool)
     df.insert(0, "rank", range(1, len(df) + 1))
     winner = df[ok].iloc[0] if ok.any() else None

@@ -365,9 +365,9 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
                           links=args.links, order=args.order)
         return graph, repaired.plan, repaired.result, repaired.rounds
-    p = plan(graph, cluster, args.policy, cost, evaluate=evaluator(cluster, cost,
-                                                                    links=args.links))
     args.order = args.order or "plan"
+    p = plan(graph, cluster, args.policy, cost,
+             evaluate=evaluator(cluster, cost, links=args.links, order=args.order))
     return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
 
 

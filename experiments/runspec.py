@@ -237,8 +237,8 @@ def _simulate(spec: RunSpec) -> dict[str, Any]:
                            "lower_bound_s": lower_bound(graph, cluster, cost)}
     # a search scores its candidates by what the simulator will say of them
     p = plan(graph, cluster, policy, cost,
-             evaluate=evaluator(cluster, cost, links=spec.links) if policy.scores_plans
-             else None)
+             evaluate=evaluator(cluster, cost, links=spec.links, order=spec.order)
+             if policy.scores_plans else None)
     start = time.perf_counter()
     result = simulate(p, cluster, cost, links=spec.links, order=spec.order)
     used = [d for d in cluster.device_names if d in p.order]

@@ -70,8 +70,9 @@ class Pipeline(PlacementPolicy):
             send = self._send(p, k, crossing)
             for i in range(m + 1):
                 js = np.arange(i + 1)
-                stage = times[i, k] - times[js, k] + (send[i] if i < m else 0.0)
                 # inf - inf is nan: a stage with an op the device cannot run is impossible
+                with np.errstate(invalid="ignore"):
+                    stage = times[i, k] - times[js, k] + (send[i] if i < m else 0.0)
                 stage = np.nan_to_num(stage, nan=np.inf)
                 stage = np.where(js == i, 0.0, stage)  # an empty stage costs nothing
                 fits = memory[i] - memory[js] + crossing[js] <= p.capacity[k]

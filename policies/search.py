@@ -156,21 +156,23 @@ class _Search:
     def score(self, where: list[int], ranked: list[str]) -> tuple[float, Plan]:
         p = self.problem
         devices = {p.names[i]: p.devices[d] for i, d in enumerate(p.follow_leads(where))}
+        # priorities that give the global order back, for an evaluator in priority order
         candidate = Plan(self.graph, devices, split_by_device(ranked, devices),
-                         policy="mcmc")
+                         policy="mcmc", priority=_priorities(ranked))
         self.used += 1
         return self.evaluate(candidate), candidate
 
     def begin(self) -> tuple[list[int], float, Plan, str]:
-        """The best plan of the start policies, each scored as its policy made it (so the
-        search is never worse than any of them); the global order of the chain is one that
-        gives the best start's device orders back."""
+        """The best plan of the start policies, each scored as its policy made it, as many
+        as the budget allows in the order given (so the search is never worse than any
+        scored); the global order of the chain is one that gives the best start's device
+        orders back."""
         best: tuple[list[int], float, Plan, str] | None = None
         errors = []
         index = {d: k for k, d in enumerate(self.problem.devices)}
         for spec in _starts(self.policy.start):
-            if not self.left():
-                break
+            if best is not None and not self.left():
+                break  # the first start is always scored: a search needs one
             try:
                 start = plan(self.graph, self.cluster, spec, self.cost)
             except PlacementError as err:
@@ -210,7 +212,8 @@ class _Search:
                     if seconds < best:
                         best, best_state, best_plan = seconds, proposal, scored
             per_restart.append(best)
-        return Placement(dict(best_plan.placement), best_plan.order, info={
+        return Placement(dict(best_plan.placement), best_plan.order,
+                         priority=best_plan.priority or _priorities(best_state[1]), info={
             "start": start, "start_score_s": first, "score_s": best,
             "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
             "best_per_restart_s": per_restart})
@@ -243,15 +246,14 @@ class _Search:
         time in five), or to any other device."""
         rng = self.rng
         if len(ranked) > 1 and (not self.movable or rng.random() < 0.2):
-            i = int(rng.integers(len(ranked) - 1))
-            if (ranked[i], ranked[i + 1]) not in self.edges:
-                order = list(ranked)
-                order[i], order[i + 1] = order[i + 1], order[i]
-                return where, order
-            if not self.movable:
-                return where, ranked  # scored again: the budget still counts it
+            start = int(rng.integers(len(ranked) - 1))
+            for i in (*range(start, len(ranked) - 1), *range(start)):  # first free pair on
+                if (ranked[i], ranked[i + 1]) not in self.edges:
+                    order = list(ranked)
+                    order[i], order[i + 1] = order[i + 1], order[i]
+                    return where, order
         if not self.movable:
-            return None
+            return None  # a chain on one device: nothing to change
         out = list(where)
         k = self.movable[int(rng.integers(len(self.movable)))]
         u = self.units[k]
@@ -286,6 +288,11 @@ class _Search:
         # suits graphs of any size
         delta = (seconds - now) * len(self.units) / now if now > 0 else math.inf
         return bool(self.rng.random() < math.exp(-self.policy.beta * delta))
+
+
+def _priorities(ranked: list[str]) -> dict[str, float]:
+    """Priorities under which the ready op first in ``ranked`` goes first."""
+    return {name: float(len(ranked) - i) for i, name in enumerate(ranked)}
 
 
 def _starts(text: str) -> list[str]:
