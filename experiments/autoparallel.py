@@ -12,15 +12,15 @@ process pool.
 
 The search runs in two rounds: every shape with its middle settings (1F1B at the middle
 number of micro-batches, 25 MiB buckets, the hierarchical all-reduce across hosts), then
-every other setting of the ``refine`` best shapes; the settings of the other shapes are not
-tried (the result says how many; a shape out of memory at its middle number of
-micro-batches is not retried with more).
-Before a candidate is built it gets a lower bound (:func:`bound`) from one tensor-parallel
-rank's whole training step at its data-parallel share of the batch and, for a pipeline, one
-micro-batch's forward and backward, each op on its fastest device (under the roofline,
-splitting an op never takes less time in all): the busiest stage's share of the step, and
-the pipeline's fill and drain around its busiest stage; a candidate whose bound is no
-better than the best step found so far is pruned unbuilt.
+every other setting of the ``refine`` best shapes and of every shape whose middle settings
+did not run (out of memory, or not applicable); the settings of the other shapes are not
+tried (the result says how many).
+Before a candidate is built it gets a lower bound (:func:`bound`): one tensor-parallel
+rank's whole training step at its data-parallel share of the batch, each op on its fastest
+device, over the pipeline's stages and the devices' compute streams. A candidate whose
+bound is no better than the steps found so far is pruned unbuilt: in round one, than the
+``refine``-th best (so that the shapes refined are the best whatever order the pool
+finishes in), in round two than the best.
 
 The table ranks what ran, fastest first, and says why each lost to the winner: out of
 memory, not applicable (a split the model lacks), pruned by its bound, or the part of its
@@ -85,7 +85,8 @@ class Strategy:
 
 def fastest_first(cluster: Cluster, dtype: str) -> list[str]:
     """The cluster's devices by peak rate for ``dtype``, fastest first (in the cluster's
-    order among equals, so that hosts stay together); those without it last. A strategy
+    order among equals, so that hosts of like devices stay together; on hosts that mix
+    models, tensor-parallel ranks may then span hosts); those without it last. A strategy
     over ``g`` devices takes the first ``g``.
 
     >>> from hwmodels import get_cluster
@@ -145,10 +146,9 @@ def _cost(cluster_name: str) -> tuple[Any, Any]:
 
 
 def rank_work(model: str, batch: int, seq_len: int | None, dtype: str, optimizer: str,
-              cluster_name: str, tp: int, *, updates: bool = True) -> float:
+              cluster_name: str, tp: int) -> float:
     """One tensor-parallel rank's training step at ``batch``, each op on the device of the
-    cluster that runs it fastest, in seconds (the sum of its ops' times); without the
-    optimizer's updates unless ``updates``."""
+    cluster that runs it fastest, in seconds (the sum of its ops' times)."""
     import dataclasses
 
     import numpy as np
@@ -167,8 +167,7 @@ def rank_work(model: str, batch: int, seq_len: int | None, dtype: str, optimizer
         op = step.ops[int(np.flatnonzero(~np.isfinite(fastest))[0])]
         raise PlacementError(f"op {op.name!r} ({op.dtype}) runs on no device of cluster "
                              f"{cluster_name!r}")
-    keep = np.array([updates or not op.kind.endswith("_update") for op in step])
-    return float(fastest[keep].sum())
+    return float(fastest.sum())
 
 
 def _op_times(cost: Any, step: Any, device: str) -> list[float]:
@@ -188,25 +187,16 @@ def _op_times(cost: Any, step: Any, device: str) -> list[float]:
         return times
 
 
-def bound(strategy: Strategy, step_s: float, micro_fb_s: float, streams: int) -> float:
-    """A lower bound of the strategy's step from one rank's whole step (``step_s``) and
-    one micro-batch's forward and backward (``micro_fb_s``), on devices of ``streams``
-    compute streams each: the busiest stage holds at least its share of the step, and with
-    ``S`` stages of one micro-batch's work ``c_1 .. c_S`` (summing to ``micro_fb_s``),
-    stage ``s`` cannot start before micro-batch one's forward has crossed the stages before
-    it, nor end before the last micro-batch's backward has crossed them after it, around
-    its own ``m c_s`` of work: ``T >= c_1 + .. + c_(s-1) + a c_s`` for every ``s`` (``a``
-    = micro-batches over streams, at least 1), whose smallest maximum over the ``c`` is
-    ``micro_fb_s / (1 - (1 - 1/a)^S)``.
+def bound(strategy: Strategy, step_s: float, streams: int) -> float:
+    """A lower bound of the strategy's step from one tensor-parallel rank's whole step
+    (``step_s``, each op on its fastest device) on devices of ``streams`` compute streams:
+    the busiest of the pipeline's stages holds at least its share of the rank's work, and
+    splitting the batch into micro-batches never takes less time in all (the roofline).
 
-    >>> bound(Strategy(1, 1, 1), 8.0, 8.0, 1), bound(Strategy(1, 1, 2, 2), 8.0, 4.0, 1)
-    (8.0, 5.333333333333333)
+    >>> bound(Strategy(2, 1, 4, 8), 8.0, 1)
+    2.0
     """
-    share = step_s / (strategy.pp * streams)
-    if strategy.pp == 1:
-        return share
-    a = max(strategy.microbatches / streams, 1.0)
-    return max(share, micro_fb_s / (1.0 - (1.0 - 1.0 / a) ** strategy.pp))
+    return step_s / (strategy.pp * streams)
 
 
 def evaluate(strategy: Strategy, model: str, batch: int, seq_len: int | None, dtype: str,
@@ -241,7 +231,8 @@ def evaluate(strategy: Strategy, model: str, batch: int, seq_len: int | None, dt
 
 def _breakdown(result: Any) -> dict[str, float]:
     """The busiest device's compute, and its idle time split by whether a transfer of its
-    own (a collective's step, an activation between stages) is in flight."""
+    own (a collective's step, an activation between stages) or a kernel of one of its
+    collectives is in flight."""
     trace = result.trace
     compute = trace[trace["kind"] == "compute"]
     busy = (compute["end_s"] - compute["start_s"]).groupby(compute["device"]).sum()
@@ -311,6 +302,8 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
 
     cluster = get_cluster(cluster_name)
     build_model(model, batch=global_batch, seq_len=seq_len, dtype=dtype)  # bad names: now
+    if isinstance(refine, bool) or not isinstance(refine, int) or refine < 1:
+        raise PlacelabError(f"autoparallel: refine must be an int >= 1, got {refine!r}")
     n = len(cluster.devices)
     # strong scaling: fewer devices can be faster (a small batch, slow links)
     counts = list(gpus) if gpus else [*(2**k for k in range(n.bit_length()) if 2**k < n), n]
@@ -333,15 +326,7 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
     rows = [{**asdict(s), "strategy": s.label(), "gpus": s.gpus, "feasible": False,
              "reason": work[s.dp, s.tp]} for s in every if isinstance(work[s.dp, s.tp], str)]
     streams = max(d.compute_streams for d in cluster.devices)
-    micro: dict[tuple[int, int, int], float] = {}
-    for s in every:
-        if s.pp > 1 and not isinstance(work[s.dp, s.tp], str) and \
-                (s.dp, s.tp, s.microbatches) not in micro:
-            micro[s.dp, s.tp, s.microbatches] = rank_work(
-                model, global_batch // s.dp // s.microbatches, seq_len, dtype, optimizer,
-                cluster_name, s.tp, updates=False)
-    bounds = {s: bound(s, float(work[s.dp, s.tp]), micro.get((s.dp, s.tp, s.microbatches),
-                                                             0.0), streams)
+    bounds = {s: bound(s, float(work[s.dp, s.tp]), streams)
               for s in every if not isinstance(work[s.dp, s.tp], str)}
     args = (model, global_batch, seq_len, dtype, optimizer, cluster_name)
     shapes: dict[tuple[int, int, int], list[Strategy]] = {}
@@ -358,6 +343,11 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
     # round 2: every other setting of the best ``refine`` shapes
     steps = {(r["dp"], r["tp"], r["pp"]): r["step_s"] for r in tried if r["feasible"]}
     best_shapes = sorted(steps, key=lambda k: (steps[k], k))[:refine]
+    # and every shape whose middle settings did not run (out of memory: more micro-batches
+    # may fit; not applicable: a ring where the hierarchical all-reduce cannot go)
+    failed = [(r["dp"], r["tp"], r["pp"]) for r in tried
+              if r["feasible"] is False and (r["dp"], r["tp"], r["pp"]) not in best_shapes]
+    best_shapes += failed
     more = [s for shape in best_shapes for s in shapes[shape] if s != first[shape]]
     tried += list(_run(_by_bound(more, bounds), bounds, args, workers,
                        sorted(steps.values()), keep=len(bounds) + 1 if exhaustive else 1))
@@ -371,8 +361,8 @@ def autoparallel(model: str, cluster_name: str, *, global_batch: int,
     df = _ranked(pd.DataFrame(rows + tried))
     df.attrs["untried"] = (
         f"{untried} other settings of {len(left)} shapes not tried: with their middle "
-        f"settings those shapes were not among the best {refine} (slower, pruned by their "
-        f"bound, out of memory or not applicable)" if untried else
+        f"settings those shapes were slower than the best {refine} or pruned by their "
+        f"bound" if untried else
         "every setting of every shape tried or pruned by its bound")
     return df
 

@@ -178,6 +178,9 @@ class _Search:
             except PlacementError as err:
                 errors.append(f"{spec}: {err}")
                 continue
+            if not start.priority:  # for an evaluator in priority order: its own orders
+                start = Plan(self.graph, start.placement, start.order, policy=start.policy,
+                             priority=_priorities(_merged(self.graph, start)))
             where = [index[start.placement[n]] for n in self.problem.names]
             self.used += 1
             seconds = self.evaluate(start)

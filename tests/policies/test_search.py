@@ -118,10 +118,24 @@ def test_the_first_start_is_scored_whatever_the_time_limit() -> None:
 
 
 def test_nothing_to_change_spends_no_evaluations() -> None:
-    # a chain on one device: no other device, no two neighbours free to swap
+    # a chain of ops on one device: no other device, no two neighbours free to swap
+    from hwmodels import Cluster
     from policies.testing import CASES
+    from workloads import Graph, Op, Tensor
 
-    chain = random_dag(1, seed=0)
-    one = CASES[0][2]()  # the suite's one-device cluster
+    chain = Graph("chain", [Op(f"c{i}", "synthetic", "matmul",
+                               inputs=(f"c{i - 1}",) if i else (),
+                               outputs=(Tensor(f"c{i}", (64,)),), flops=10**8)
+                            for i in range(6)])
+    one: Cluster = CASES[0][2]()  # the suite's one-device cluster
     p = plan(chain, one, MCMC(evals=500), RooflineCost(one))
     assert p.info["evals"] == 3  # the three starts, nothing after
+
+
+def test_starts_without_priorities_are_scored_in_priority_order_too() -> None:
+    graph = training_graph(build_model("mlp", batch=16), "adam")
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    p = plan(graph, cluster, MCMC(evals=10, start="round_robin+m_topo"), cost,
+             evaluate=evaluator(cluster, cost, order="priority"))
+    assert p.info["score_s"] == simulate(p, cluster, cost, order="priority").makespan_s
