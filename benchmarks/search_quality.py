@@ -72,7 +72,7 @@ def heuristics(step: Any, cluster: Any, cost: Any) -> dict[str, float]:
 
 
 def best_heuristic(step: Any, cluster: Any, cost: Any) -> tuple[float, str]:
-    found = heuristics(step, cluster, cost)
+    found = heuristics(step, cluster, cost) or {"": np.inf}
     name = min(found, key=found.__getitem__)
     return found[name], name
 
@@ -88,6 +88,8 @@ def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
             cost = RooflineCost(cluster)
             bound = lower_bound(step, cluster, cost)
             found = heuristics(step, cluster, cost)
+            if not found:
+                continue  # no one-shot policy placed the step: nothing to compare
             which = min(found, key=found.__getitem__)
             heuristic = found[which]
             # its starts as their policies plan them, simulated here on their own

@@ -118,3 +118,15 @@ def test_a_pool_finds_the_winner_one_process_finds() -> None:
     assert pooled.iloc[0]["strategy"] == alone.iloc[0]["strategy"]
     assert pooled.iloc[0]["step_s"] == alone.iloc[0]["step_s"]
     assert pooled.attrs["untried"] == alone.attrs["untried"]
+
+
+def test_nothing_that_runs_is_an_error_not_an_empty_table() -> None:
+    from workloads.errors import PlacelabError
+
+    # FP16 on CPUs that have no FP16 rate: every strategy is not applicable
+    with pytest.raises(PlacelabError, match=r"autoparallel: no strategy of training 'mlp' "
+                                            r"on 'cpu-host' ran \(out of memory or not "
+                                            r"applicable\); the first reason: not "
+                                            r"applicable: op 'fc1' \(fp16\) runs on no "
+                                            r"device of cluster 'cpu-host'"):
+        autoparallel("mlp", "cpu-host", global_batch=8, dtype="fp16", workers=1)
