@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -56,7 +57,7 @@ __all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "
            "simulate"]
 
 
-class IssueOrder:
+class IssueOrder(ABC):
     """How a device picks its next op: one part of a :class:`Simulation`.
 
     :meth:`try_start` is the whole interface: start what may start on device ``d`` (called
@@ -70,8 +71,9 @@ class IssueOrder:
     def __init__(self, run: Simulation) -> None:
         self.run = run
 
+    @abstractmethod
     def try_start(self, d: int) -> None:
-        raise NotImplementedError
+        """Start what may start on device ``d``."""
 
 
 class PlanOrder(IssueOrder):

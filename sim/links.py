@@ -21,6 +21,7 @@ trace) is shared.
 from __future__ import annotations
 
 import heapq
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, ClassVar
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 __all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention"]
 
 
-class LinkModel:
+class LinkModel(ABC):
     """How transfers share copy engines and links. :meth:`start` is the whole interface:
     charge the receiver (``run.receive``), record the transfer's start, end and engine
     (``run.t_start``, ``t_end``, ``t_engine``) and call ``run.finish_transfer`` at its end."""
@@ -40,9 +41,9 @@ class LinkModel:
     def __init__(self, run: Simulation) -> None:
         self.run = run
 
+    @abstractmethod
     def start(self, k: int) -> None:
         """Transfer ``k``'s tensor is ready on its source (at ``run.env.now``)."""
-        raise NotImplementedError
 
 
 class FirstComeFirstServed(LinkModel):
