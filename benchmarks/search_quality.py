@@ -36,6 +36,8 @@ import argparse
 import datetime
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +73,30 @@ def heuristics(step: Any, cluster: Any, cost: Any) -> dict[str, float]:
     return out
 
 
-def best_heuristic(step: Any, cluster: Any, cost: Any) -> tuple[float, str]:
-    found = heuristics(step, cluster, cost) or {"": np.inf}
-    name = min(found, key=found.__getitem__)
-    return found[name], name
+@dataclass
+class Cell:
+    """One training step on one cluster, with every one-shot policy's simulated step."""
+
+    model: str
+    cluster_name: str
+    step: Any
+    cluster: Any
+    cost: Any
+    bound: float
+    found: dict[str, float]
+
+    @property
+    def best(self) -> tuple[float, str]:
+        which = min(self.found, key=self.found.__getitem__)
+        return self.found[which], which
+
+    @property
+    def far(self) -> bool:
+        return self.best[0] / self.bound > 1.10
 
 
-def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
-    rows = []
+def cells(quick: bool) -> Iterator[Cell]:
+    """The shoot-out's cells that some one-shot policy places."""
     models = MODELS[:1] if quick else MODELS
     clusters = ["quad-v100-nvlink", "workstation"] if quick else list_clusters()
     for model, batch in models:
@@ -86,28 +104,38 @@ def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
         for name in clusters:
             cluster = get_cluster(name)
             cost = RooflineCost(cluster)
-            bound = lower_bound(step, cluster, cost)
             found = heuristics(step, cluster, cost)
-            if not found:
-                continue  # no one-shot policy placed the step: nothing to compare
-            which = min(found, key=found.__getitem__)
-            heuristic = found[which]
-            # its starts as their policies plan them, simulated here on their own
-            starts = min(found.get(n, np.inf) for n in ("heft", "metis", "m_etf"))
-            far = heuristic / bound > 1.10
-            for evals in budgets if far else budgets[:1]:
-                start = time.perf_counter()
-                p = plan(step, cluster, MCMC(evals=evals), cost,
-                         evaluate=evaluator(cluster, cost, links="fair"))
-                rows.append({"model": model, "cluster": name, "evals": evals,
-                             "best_heuristic": which, "heuristic_vs_bound": heuristic / bound,
-                             "start": p.info["start"],
-                             "start_vs_bound": p.info["start_score_s"] / bound,
-                             "mcmc_vs_bound": p.info["score_s"] / bound,
-                             "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
-                             "never_worse": p.info["score_s"] <= starts,
-                             "far_from_bound": far, "seconds": time.perf_counter() - start})
-                print(_line(rows[-1]), flush=True)
+            if found:  # else nothing to compare
+                yield Cell(model, name, step, cluster, cost,
+                           lower_bound(step, cluster, cost), found)
+
+
+def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
+    """``policy`` on the cell with the simulator (fair links) as evaluator: the columns
+    every part reports, and the search's score."""
+    start = time.perf_counter()
+    p = plan(cell.step, cell.cluster, policy, cell.cost,
+             evaluate=evaluator(cell.cluster, cell.cost, links="fair"))
+    heuristic, which = cell.best
+    return {"model": cell.model, "cluster": cell.cluster_name, "evals": policy.evals,
+            "best_heuristic": which, "heuristic_vs_bound": heuristic / cell.bound,
+            "start": p.info["start"], "start_vs_bound": p.info["start_score_s"] / cell.bound,
+            "mcmc_vs_bound": p.info["score_s"] / cell.bound,
+            "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
+            "seconds": time.perf_counter() - start}, p.info["score_s"]
+
+
+def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
+    rows = []
+    for cell in cells(quick):
+        # its starts as their policies plan them, simulated here on their own
+        starts = min(cell.found.get(n, np.inf) for n in ("heft", "metis", "m_etf"))
+        for evals in budgets if cell.far else budgets[:1]:
+            row, score = searched(cell, MCMC(evals=evals))
+            seconds = row.pop("seconds")
+            rows.append(row | {"never_worse": score <= starts, "far_from_bound": cell.far,
+                               "seconds": seconds})
+            print(_line(rows[-1]), flush=True)
     return pd.DataFrame(rows)
 
 
@@ -115,27 +143,12 @@ def part_every_start(evals: int, quick: bool) -> pd.DataFrame:
     """On the cells far from the bound: ``mcmc`` started from every one-shot heuristic
     (so never worse than the best of them)."""
     rows = []
-    models = MODELS[:1] if quick else MODELS
-    clusters = ["quad-v100-nvlink", "workstation"] if quick else list_clusters()
     starts = "+".join(n for n in HEURISTICS if n not in ("optimal",))
-    for model, batch in models:
-        step = training_graph(build_model(model, batch=batch), "adam")
-        for name in clusters:
-            cluster = get_cluster(name)
-            cost = RooflineCost(cluster)
-            bound = lower_bound(step, cluster, cost)
-            heuristic, which = best_heuristic(step, cluster, cost)
-            if heuristic / bound <= 1.10:
-                continue
-            start = time.perf_counter()
-            p = plan(step, cluster, MCMC(evals=evals, start=starts), cost,
-                     evaluate=evaluator(cluster, cost, links="fair"))
-            rows.append({"model": model, "cluster": name, "evals": evals,
-                         "best_heuristic": which, "heuristic_vs_bound": heuristic / bound,
-                         "start": p.info["start"],
-                         "mcmc_vs_bound": p.info["score_s"] / bound,
-                         "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
-                         "seconds": time.perf_counter() - start})
+    for cell in cells(quick):
+        if cell.far:
+            row, _ = searched(cell, MCMC(evals=evals, start=starts))
+            del row["start_vs_bound"]
+            rows.append(row)
             print(_line(rows[-1]), flush=True)
     return pd.DataFrame(rows)
 
