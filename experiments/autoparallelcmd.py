@@ -71,13 +71,12 @@ def cmd_autoparallel(args: argparse.Namespace) -> None:
 
 
 def _counts(text: str) -> list[int]:
+    """``--gpus``: device counts, each once (names' rules), each an integer >= 1."""
+    from experiments.commands import split
     from workloads.errors import PlacelabError
 
-    try:
-        counts = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise PlacelabError(f"autoparallel: --gpus must be integers separated by commas, "
-                            f"got {text!r}") from None
-    if any(c < 1 for c in counts):
-        raise PlacelabError(f"autoparallel: --gpus must be integers >= 1, got {text!r}")
-    return counts
+    parts = split(text, "gpus")
+    if not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise PlacelabError(f"autoparallel: --gpus must be integers >= 1 separated by "
+                            f"commas, got {text!r}")
+    return [int(p) for p in parts]

@@ -84,6 +84,12 @@ def test_the_command_prints_the_table_and_refuses_bad_counts(capsys) -> None:
     out, err = capsys.readouterr()
     assert code == 2 and err == ("placelab: error: autoparallel: gpus must be between 1 and "
                                  "cluster 'quad-v100-nvlink''s 4, got 9\n")
+    for bad, said in (("2,2", "--gpus: expected each name once, got '2' twice"),
+                      ("2,x", "autoparallel: --gpus must be integers >= 1 separated by "
+                              "commas, got '2,x'")):
+        code = main(["autoparallel", "--model", "mlp", "--cluster", "quad-v100-nvlink",
+                     "--gpus", bad])
+        assert (code, capsys.readouterr().err) == (2, f"placelab: error: {said}\n")
 
 
 def test_a_shape_out_of_memory_at_its_middle_settings_is_retried(monkeypatch) -> None:
