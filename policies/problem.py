@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from policies.plans import Plan
 
 __all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "out_of_memory",
-           "schedule_length"]
+           "plan_memory_used", "schedule_length"]
 
 
 class Problem:
@@ -303,6 +303,17 @@ class Pins:
             if self.p.floating[m]:
                 where[m] = d
         return landed
+
+
+def plan_memory_used(p: Problem, plan: Plan) -> list[int]:
+    """Bytes per device (in ``p.devices`` order) that ``plan``'s placement holds under
+    the conservative model: an upper bound of the simulator's peak."""
+    book = MemoryBook(p, plan.policy)
+    index = {d: k for k, d in enumerate(p.devices)}
+    where = [index[plan.placement[name]] for name in p.names]
+    for op in range(p.n):
+        book.commit(op, where[op], where)
+    return book.used
 
 
 def schedule_length(p: Problem, where: list[int], sequence: list[int]) -> float:

@@ -40,7 +40,7 @@ from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
 from policies.params import Param
 from policies.plans import Placement, Plan, split_by_device
-from policies.problem import MemoryBook, Problem, model_makespan
+from policies.problem import Problem, model_makespan, plan_memory_used
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
@@ -69,12 +69,8 @@ def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
         problem = problems.get(id(p.graph))
         if problem is None or problem.graph is not p.graph:
             problem = problems[id(p.graph)] = Problem(p.graph, cluster, cost)
-        book = MemoryBook(problem, p.policy)
-        index = {d: k for k, d in enumerate(problem.devices)}
-        where = [index[p.placement[name]] for name in problem.names]
-        for op in range(problem.n):
-            book.commit(op, where[op], where)
-        if any(u > c for u, c in zip(book.used, problem.capacity, strict=True)):
+        used = plan_memory_used(problem, p)
+        if any(u > c for u, c in zip(used, problem.capacity, strict=True)):
             return math.inf
         return model_makespan(p, cluster, cost, problem)
 

@@ -43,7 +43,7 @@ from policies.base import POLICIES, PlacementPolicy, plan
 from policies.bounds import lower_bound
 from policies.load import ClusterLoad
 from policies.plans import Plan
-from policies.problem import MemoryBook, Problem
+from policies.problem import Problem, plan_memory_used
 from workloads.conformance import Check, ConformanceError, parametrize, run_checks
 from workloads.conformance import require as _require
 from workloads.errors import OutOfMemory, PlacementError
@@ -384,9 +384,4 @@ def parametrize_with_checks(sources: Sequence[PolicySource]) -> MarkDecorator:
 def plan_memory(p: Plan, cluster: Cluster) -> dict[str, int]:
     """Bytes per device under the conservative model (an upper bound of simulated peak)."""
     problem = Problem(p.graph, cluster, RooflineCost(cluster))
-    book = MemoryBook(problem, p.policy)
-    index = {d: i for i, d in enumerate(problem.devices)}
-    where = [index[p.placement[name]] for name in problem.names]
-    for op in range(problem.n):
-        book.commit(op, where[op], where)
-    return dict(zip(problem.devices, book.used, strict=True))
+    return dict(zip(problem.devices, plan_memory_used(problem, p), strict=True))
