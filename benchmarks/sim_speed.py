@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import datetime
 import gc
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -43,6 +44,8 @@ from workloads.synthetic import layered_dag
 # The naive model is the test suite's oracle (tests/sim/oracle.py): one definition, two uses.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.sim.oracle import naive_simulate
+
+SYSTEM_PYTHON = "/usr/bin/python3"  # where Debian's python3-simgrid lives
 
 
 def switch_cluster(n: int) -> Cluster:
@@ -209,45 +212,90 @@ def contended(args: argparse.Namespace) -> list[str]:
     return rows
 
 
+def slow_switch() -> Cluster:
+    """64 H100s behind one switch on 4.5 GB/s links, 64 copy engines each."""
+    spec = dataclasses.replace(get_device("h100-sxm5-80gb"), copy_engines=64)
+    return Cluster("switch64-slow", tuple(spec.instance(f"gpu{i}") for i in range(64)),
+                   tuple(Link(f"gpu{i}", "switch", 4.5e9, 1e-6) for i in range(64)),
+                   switches=("switch",))
+
+
+def round_robin(n: int, width: int, cluster: Cluster) -> Plan:
+    """A layered DAG of ``n`` ops placed op by op round robin: every edge a transfer."""
+    graph = layered_dag(n, width=max(1, min(width, n // 10)), seed=0)
+    names = cluster.device_names
+    placement = {op: names[i % len(names)] for i, op in enumerate(graph.names)}
+    return Plan(graph, placement, order_by_priority(graph, placement), policy="rr")
+
+
+def simgrid_seconds(n: int, width: int) -> tuple[float, float] | None:
+    """SimGrid's wall time and makespan on the round-robin plan of ``n`` ops, in a fresh
+    system Python (Debian's python3-simgrid; see simgrid_crosscheck.py); None without it."""
+    script = Path(__file__).with_name("simgrid_crosscheck.py")
+    try:
+        out = subprocess.run([SYSTEM_PYTHON, str(script), "--switched", str(n),
+                              "--width", str(width)], capture_output=True, text=True,
+                             check=True, timeout=3600).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return float(out[-2]), float(out[-1])
+
+
 def contended_switch(sizes: list[int], width: int) -> list[str]:
     """Fair sharing under heavy contention: layered DAGs placed round robin, op by op, over
     64 H100s behind one switch on 4.5 GB/s links with 64 copy engines each, so that
     thousands of flows share the 128 link channels at once. One run each (the largest
-    takes minutes); SimGrid's time on the same plan where its Python module imports."""
+    takes minutes in the Python model); beside it the same fair model written in Python
+    (``tests/sim/fair_reference.py``, equal to the bit) and SimGrid's s4u engine on the same
+    plan with unlimited copy engines (SimGrid has none), where its Python module runs."""
+    from sim.options import LINK_REGISTRY
+    from tests.sim.fair_reference import ReferenceFairSharing
+
+    if "fair_reference" not in LINK_REGISTRY.names():
+        LINK_REGISTRY.register("fair_reference", ReferenceFairSharing)
     rows = ["", "Contended fair sharing: round robin over 64 H100s behind a switch at 4.5 GB/s, "
-            "64 copy engines each (one run each):", "",
+            "64 copy engines each (one run each; SimGrid with unlimited copy engines, its "
+            "makespan against placelab's `fair` with them too):", "",
             "| ops | transfers | fcfs s | fair s | fair / fcfs | fair s / (n log n), 1k = 1 "
-            "| SimGrid s |", "|---:|---:|---:|---:|---:|---:|---:|"]
+            "| Python model s | equal to the bit | SimGrid s | SimGrid / fair | "
+            "SimGrid makespan / fair's |",
+            "|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|---:|"]
     print("\n".join(rows), flush=True)
-    spec = dataclasses.replace(get_device("h100-sxm5-80gb"), copy_engines=64)
-    cluster = Cluster("switch64-slow", tuple(spec.instance(f"gpu{i}") for i in range(64)),
-                      tuple(Link(f"gpu{i}", "switch", 4.5e9, 1e-6) for i in range(64)),
-                      switches=("switch",))
+    cluster = slow_switch()
     cost = RooflineCost(cluster)
-    try:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from simgrid_crosscheck import simgrid_makespan, unlimited_copies
-    except ImportError:
-        simgrid_makespan = None
     base = None
     for n in sizes:
-        graph = layered_dag(n, width=max(1, min(width, n // 10)), seed=0)
-        names = cluster.device_names
-        placement = {op: names[i % 64] for i, op in enumerate(graph.names)}
-        plan = Plan(graph, placement, order_by_priority(graph, placement), policy="rr")
+        plan = round_robin(n, width, cluster)
         fcfs, _ = clock(simulate, plan, cluster, cost)
-        fair, _ = clock(simulate, plan, cluster, cost, links="fair")
+        fair, ours = clock(simulate, plan, cluster, cost, links="fair")
+        python, theirs = clock(simulate, plan, cluster, cost, links="fair_reference")
+        same = ours.trace.equals(theirs.trace)
         per = fair / (n * np.log(n))
         base = base or per
-        theirs = "not installed"
-        if simgrid_makespan is not None:
+        grid = simgrid_seconds(n, width)
+        if grid is None:
+            cells = "not installed | | "
+        else:
             free = unlimited_copies(cluster)
-            theirs = f"{clock(simgrid_makespan, plan, free, RooflineCost(free))[0]:.2f}"
+            free_fair = simulate(plan, free, RooflineCost(free), links="fair").makespan_s
+            cells = f"{grid[0]:.2f} | {grid[0] / fair:.1f} | {grid[1] / free_fair:.4f}"
         row = (f"| {n:,} | {len(plan.transfers):,} | {fcfs:.3f} | {fair:.2f} | "
-               f"{fair / fcfs:.0f} | {per / base:.2f} | {theirs} |")
+               f"{fair / fcfs:.0f} | {per / base:.2f} | {python:.2f} | "
+               f"{'yes' if same else 'NO'} | {cells} |")
         rows.append(row)
         print(row, flush=True)
     return rows
+
+
+def unlimited_copies(cluster: Cluster) -> Cluster:
+    """The cluster with as many copy engines per device as transfers can ever need, as
+    SimGrid models none (the helper of simgrid_crosscheck.py, which imports SimGrid)."""
+    devices = []
+    for d in cluster.devices:
+        copy = dataclasses.replace(d, copy_engines=64)
+        object.__setattr__(copy, "copy_engines", 1_000_000)
+        devices.append(copy)
+    return dataclasses.replace(cluster, devices=tuple(devices))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ Python; this script adds the project and its virtual environment to that Python'
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import glob
 import sys
@@ -44,12 +43,9 @@ def unlimited_copies(cluster: Cluster) -> Cluster:
     """The cluster with as many copy engines per device as transfers can ever need: SimGrid
     models none. (Above the 64 a hardware file may declare, so set past validation; with
     64, plans that send more than 64 tensors at once queue in placelab alone.)"""
-    devices = []
-    for d in cluster.devices:
-        copy = dataclasses.replace(d, copy_engines=64)
-        object.__setattr__(copy, "copy_engines", 1_000_000)
-        devices.append(copy)
-    return dataclasses.replace(cluster, devices=tuple(devices))
+    from sim_speed import unlimited_copies as unlimited
+
+    return unlimited(cluster)
 
 
 def simgrid_makespan(p, cluster: Cluster, cost) -> float:
@@ -141,7 +137,13 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plans", type=int, default=200)
     parser.add_argument("--out")
+    parser.add_argument("--switched", type=int,
+                        help="only time SimGrid on sim_speed.py's round-robin plan of this "
+                             "many ops (prints seconds and makespan)")
+    parser.add_argument("--width", type=int, default=1000)
     args = parser.parse_args(argv)
+    if args.switched:
+        return _switched(args.switched, args.width)
     cases = [(m, b, t, c, pol)
              for m, b in (("resnet50", 8), ("inception_v3", 4), ("bert_base", 2), ("lenet5", 32))
              for t in (False, True)
@@ -161,6 +163,20 @@ def main(argv: list[str] | None = None) -> str:
              "", *_summary(rows)]
     print("\n".join(lines))
     return record(lines, args.out)
+
+
+def _switched(n: int, width: int) -> str:
+    import time
+
+    from sim_speed import round_robin, slow_switch
+
+    cluster = unlimited_copies(slow_switch())
+    plan = round_robin(n, width, cluster)
+    start = time.perf_counter()
+    makespan = simgrid_makespan(plan, cluster, RooflineCost(cluster))
+    line = f"{time.perf_counter() - start} {makespan}"
+    print(line)
+    return line
 
 
 def _safe(case):

@@ -25,6 +25,8 @@ from abc import ABC, abstractmethod
 from collections import deque
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
+
 if TYPE_CHECKING:
     from sim.engine import Simulation
 
@@ -100,30 +102,41 @@ class FairSharing(LinkModel):
     Incremental: a flow that starts or ends changes the rates of its component only (the
     flows linked to it through shared channels, transitively); every other flow keeps its
     rate and its foreseen end. A flow's bytes left are settled only when its rate changes.
+    The flows, their rates and the filling live in :class:`sim.flows.FlowTable` (compiled);
+    this part holds the copy engines, the latencies and the events.
     """
 
     name = "fair"
 
     def __init__(self, run: Simulation) -> None:
+        # numba: paid only by runs that share links fairly
+        from sim.flows import FlowTable, finish_flows, start_flow
+
         super().__init__(run)
-        self.env, self.t_channels = run.env, run.t_channels
-        routes: dict[tuple[int, int], tuple[float, float]] = {}
-        self.channel_capacity: dict[str, float] = {}
-        self.f_latency: list[float] = []
-        self.f_volume: list[float] = []
-        for k in range(len(run.t_src)):
-            key = (run.t_src[k], run.t_dst[k])
-            if key not in routes:
-                hops = run.cluster.route(run.devices[key[0]], run.devices[key[1]])
-                for hop in hops:
-                    self.channel_capacity[hop.channel] = hop.link.bandwidth
-                routes[key] = (sum(h.link.latency_s for h in hops),
-                               min(h.link.bandwidth for h in hops))
-            latency, bottleneck = routes[key]
-            # The bytes at the bottleneck rate take what the cost model charges beyond the
-            # latency (the tensor's bytes for the roofline; a table's time otherwise).
-            self.f_latency.append(min(latency, run.t_duration[k]))
-            self.f_volume.append(max(run.t_duration[k] - latency, 0.0) * bottleneck)
+        self.env = run.env
+        pairs = np.column_stack([np.asarray(run.t_src, dtype=np.int64),
+                                 np.asarray(run.t_dst, dtype=np.int64)]).reshape(-1, 2)
+        keys, route_of = np.unique(pairs, axis=0, return_inverse=True)
+        channels: dict[str, int] = {}
+        capacity: list[float] = []
+        paths = [run.cluster.route(run.devices[src], run.devices[dst])
+                 for src, dst in keys.tolist()]
+        for hop in (hop for path in paths for hop in path):
+            if hop.channel not in channels:
+                channels[hop.channel] = len(capacity)
+                capacity.append(hop.link.bandwidth)
+        routes = [[channels[hop.channel] for hop in path] for path in paths]
+        latency = np.array([sum(h.link.latency_s for h in path) for path in paths])[route_of]
+        bottleneck = np.array([min((h.link.bandwidth for h in path), default=0.0)
+                               for path in paths])[route_of]
+        duration = np.asarray(run.t_duration, dtype=np.float64)
+        # The bytes at the bottleneck rate take what the cost model charges beyond the
+        # latency (the tensor's bytes for the roofline; a table's time otherwise).
+        self.f_latency: list[float] = np.minimum(latency, duration).tolist()
+        self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
+        self.flows = FlowTable(routes, capacity, route_of=route_of.ravel())
+        self.floats, self.ints = self.flows.floats, self.flows.ints
+        self.start_flow, self.finish_flows = start_flow, finish_flows
         # Views of one device (several jobs) share its engine list, so its queue too.
         engines: dict[int, list[int]] = {}
         queues: dict[int, deque[int]] = {}
@@ -131,13 +144,8 @@ class FairSharing(LinkModel):
                              for e in run.copy_free]
         self.waiting: list[deque[int]] = [queues.setdefault(id(e), deque())
                                           for e in run.copy_free]
-        self.flows_on: dict[str, dict[int, None]] = {c: {} for c in self.channel_capacity}
-        self.remaining: dict[int, float] = {}  # bytes left at ``settled[k]``
-        self.settled: dict[int, float] = {}
-        self.rate: dict[int, float] = {}
-        self.ends: list[tuple[float, int, int]] = []  # (foreseen end, flow, version)
-        self.version: dict[int, int] = {}
-        self.next_tick = float("inf")
+        self.booked: list[float] = []  # times of the ticks scheduled and not yet fired
+        self.soonest = float("inf")  # the earliest foreseen end, as the flows last said
 
     # -- engines and latency ----------------------------------------------------------------
 
@@ -159,132 +167,31 @@ class FairSharing(LinkModel):
         if self.f_volume[k] <= 0.0:
             self._complete(k)
             return
-        now = self.env.now
-        self.remaining[k], self.settled[k], self.rate[k] = self.f_volume[k], now, 0.0
-        channels, alone = self.t_channels[k], True
-        for channel in channels:
-            flows = self.flows_on[channel]
-            alone = alone and not flows
-            flows[k] = None
-        if not alone or not channels:
-            self._reshare(self._component(channels))
-            return
-        # Alone on its channels: what _reshare would do for a component of one flow (no
-        # progress to settle yet, its narrowest channel's capacity for a rate).
-        rate = self.rate[k] = min(self.channel_capacity[c] for c in channels)
-        version = self.version[k] = self.version.get(k, 0) + 1
-        heapq.heappush(self.ends, (now + max(self.remaining[k], 0.0) / rate, k, version))
+        _, self.soonest = self.start_flow(k, self.f_volume[k], self.env.now, self.floats,
+                                          self.ints)
         self._schedule_tick()
 
-    # -- bandwidth ----------------------------------------------------------------------------
-
-    def _component(self, channels: tuple[str, ...]) -> list[int]:
-        """The active flows linked to ``channels`` through shared channels, transitively."""
-        seen_channels = set(channels)
-        stack, flows = list(channels), dict[int, None]()
-        while stack:
-            for k in self.flows_on[stack.pop()]:
-                if k not in flows:
-                    flows[k] = None
-                    for c in self.t_channels[k]:
-                        if c not in seen_channels:
-                            seen_channels.add(c)
-                            stack.append(c)
-        return list(flows)
-
-    def _share(self, flows: list[int]) -> dict[int, float]:
-        """Progressive filling over one component: the channel with the smallest fair share
-        fixes the rate of its flows; remove them and repeat.
-
-        The channel is found in a heap of (share, first-seen order) entries, one pushed
-        whenever a channel's share changes and stale ones skipped: the same channel a scan
-        would pick (ties to the first seen), in logarithmic time."""
-        t_channels, users = self.t_channels, self.flows_on
-        if len(flows) == 1:  # alone: its narrowest channel (capacity / 1, as filling has it)
-            return {flows[0]: min(self.channel_capacity[c] for c in t_channels[flows[0]])}
-        # A component holds every active flow of each of its channels, so a channel's
-        # flows are those it carries; within one channel's turn every flow gets the same
-        # share, so the order they are visited in changes no sum.
-        order: dict[str, int] = {}
-        for k in flows:
-            for channel in t_channels[k]:
-                if channel not in order:
-                    order[channel] = len(order)
-        capacity = self.channel_capacity
-        left = {c: capacity[c] for c in order}
-        count = {c: len(users[c]) for c in order}
-        heap = [(left[c] / count[c], i, c) for c, i in order.items()]
-        heapq.heapify(heap)
-        rate: dict[int, float] = {}
-        while len(rate) < len(flows):
-            share, _, channel = heapq.heappop(heap)
-            if not count[channel] or share != left[channel] / count[channel]:
-                continue  # stale: the channel's share changed after this entry
-            touched: dict[str, None] = {}
-            for k in users[channel]:
-                if k in rate:
-                    continue
-                rate[k] = share
-                for c in t_channels[k]:
-                    left[c] -= share
-                    count[c] -= 1
-                    touched[c] = None
-            for c in touched:
-                if count[c]:
-                    heapq.heappush(heap, (left[c] / count[c], order[c], c))
-        return rate
-
-    def _reshare(self, flows: list[int]) -> None:
-        """Settle the component's flows at their old rates, give them new ones, foresee
-        their ends."""
-        if not flows:
-            return
-        now = self.env.now
-        remaining, settled, rate, version = self.remaining, self.settled, self.rate, self.version
-        for k, new in self._share(flows).items():
-            remaining[k] -= rate[k] * (now - settled[k])
-            settled[k], rate[k] = now, new
-            version[k] = version.get(k, 0) + 1
-            heapq.heappush(self.ends, (now + max(remaining[k], 0.0) / new, k, version[k]))
-        self._schedule_tick()
+    # -- ends -----------------------------------------------------------------------------------
 
     def _schedule_tick(self) -> None:
-        ends, version = self.ends, self.version
-        if len(ends) > 64 and len(ends) > 4 * len(version):
-            # Most entries were foreseen under rates that have changed since: drop them at
-            # once (linear) rather than one pop at a time. The live entries, and so the
-            # order they come out in, are the same.
-            ends[:] = [e for e in ends if e[2] == version.get(e[1])]
-            heapq.heapify(ends)
-        while ends and ends[0][2] != version.get(ends[0][1]):
-            heapq.heappop(ends)  # foreseen under a rate that has changed since
-        if ends and (ends[0][0] < self.next_tick or self.next_tick <= self.env.now):
-            self.next_tick = ends[0][0]
-            self.env.schedule(self.next_tick - self.env.now, self._tick, None)
+        """Book a tick at the earliest foreseen end unless one is booked by then: a tick
+        booked for an end that rates have since put off fires, finds nothing due and books
+        the next, so at most one tick is booked per distinct time."""
+        soonest, booked = self.soonest, self.booked
+        if soonest < float("inf") and (not booked or soonest < booked[0]):
+            heapq.heappush(booked, soonest)
+            self.env.schedule(soonest - self.env.now, self._tick, None)
 
     def _tick(self, _unused: None) -> None:
-        # This tick has fired (the clock may read it an ulp early: now + (t - now) need
-        # not round to t), so none is pending until _schedule_tick books the next.
-        self.next_tick = float("inf")
-        now, ends, version = self.env.now, self.ends, self.version
-        # The flows foreseen to end by now end now, by name: waiting for a remainder that
-        # rounding left would stall time (a tick too small to move the clock).
-        done: list[int] = []
-        while ends and ends[0][0] <= now * (1 + 1e-9) + 1e-15:
-            _, k, v = heapq.heappop(ends)
-            if v == version.get(k):
-                done.append(k)
-        channels: dict[str, None] = {}
-        for k in done:
-            del self.remaining[k], self.settled[k], self.rate[k], version[k]
-            for channel in self.t_channels[k]:
-                del self.flows_on[channel][k]
-                channels[channel] = None
-        for k in done:
-            self._complete(k)
-        flows_on = self.flows_on
-        if any(flows_on[c] for c in channels):  # others shared a channel: they speed up
-            self._reshare(self._component(tuple(channels)))
+        heapq.heappop(self.booked)  # this one (ticks fire in the order of their times)
+        # The clock may read a tick an ulp early (now + (t - now) need not round to t), and
+        # waiting for a remainder that rounding left would stall time: what is due within a
+        # rounding of now ends now.
+        now = self.env.now
+        if self.soonest <= now * (1 + 1e-9) + 1e-15:
+            n, first, _, self.soonest = self.finish_flows(now, self.floats, self.ints)
+            for k in self.flows.done(n, first):
+                self._complete(k)
         self._schedule_tick()
 
     def _complete(self, k: int) -> None:

@@ -202,9 +202,7 @@ def textbook_max_min(routes: dict[int, tuple[str, ...]], capacity: dict[str, flo
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_fair_shares_equal_textbook_progressive_filling_to_the_bit(data) -> None:  # type: ignore[no-untyped-def]
-    from types import SimpleNamespace
-
-    from sim.links import FairSharing
+    from sim.flows import max_min_rates
 
     channels = [f"c{i}" for i in range(data.draw(st.integers(1, 12)))]
     # capacities from a small set, so that equal shares (ties) are common
@@ -212,9 +210,15 @@ def test_fair_shares_equal_textbook_progressive_filling_to_the_bit(data) -> None
     n = data.draw(st.integers(1, 40))
     routes = {k: tuple(data.draw(st.lists(st.sampled_from(channels), min_size=1, max_size=3,
                                           unique=True))) for k in range(n)}
-    flows_on: dict[str, dict[int, None]] = {c: {} for c in channels}
-    for k, route in routes.items():
-        for c in route:
-            flows_on[c][k] = None
-    state = SimpleNamespace(t_channels=routes, flows_on=flows_on, channel_capacity=capacity)
-    assert FairSharing._share(state, list(routes)) == textbook_max_min(routes, capacity)
+    index = {c: i for i, c in enumerate(channels)}
+    rates = max_min_rates([[index[c] for c in routes[k]] for k in range(n)],
+                          [capacity[c] for c in channels])
+    assert dict(enumerate(rates)) == textbook_max_min(routes, capacity)
+
+
+def test_max_min_rates_names_an_empty_route() -> None:
+    from sim.flows import max_min_rates
+
+    with pytest.raises(ValueError, match="every route must cross at least one channel, got "
+                                         "an empty route at index 1"):
+        max_min_rates([[0], []], [1.0])
