@@ -47,6 +47,7 @@ from policies.collectives import lower
 from policies.plans import Plan
 from sim.events import EventQueue
 from sim.hosts import HostSharing, shared_hosts
+from sim.memory import MemoryAccounts
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.result import SimResult, TraceColumns
 from sim.wiring import Wiring, wire
@@ -125,12 +126,15 @@ class Simulation:
     The parts (:meth:`compose`): an :class:`IssueOrder` (which op a device starts), a link
     model (:class:`sim.links.LinkModel`: how transfers share copy engines and links) and,
     where a cluster's devices share a host, :class:`sim.hosts.HostSharing`. Memory is
-    accounted here; :class:`sim.tenants.SharedRun` accounts it per job.
+    accounted by a :class:`sim.memory.MemoryAccounts` (``memory_accounts``; per job in
+    :class:`sim.tenants.SharedRun`).
 
     Device indices are positions in ``devices``: a cluster's devices for one job; for
     several (:mod:`sim.tenants`), one per job and device, whose streams and copy engines
     are the physical device's own lists, shared.
     """
+
+    memory_accounts: ClassVar[type[MemoryAccounts]] = MemoryAccounts
 
     def __init__(self, w: Wiring, cluster: Cluster, devices: Sequence[str],
                  plan: Plan | None = None) -> None:
@@ -203,31 +207,13 @@ class Simulation:
         self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
 
     def _init_memory(self, w: Wiring) -> None:
-        self.capacity = [self.cluster.device(d).memory_bytes for d in self.devices]
-        self.used = w.resident.tolist()
-        self.resident = list(self.used)
-        self.peak = list(self.used)
-        # (time, device, bytes) triples laid flat: numbers only, nothing for the GC to scan
-        self.timeline: list[float] = [x for d, u in enumerate(self.used) for x in (0.0, d, u)]
-        self.overflow = ""
-        for d, used in enumerate(self.used):
-            if used > self.capacity[d]:
-                self._overflow(d, used, "resident parameters")
-                break
+        """Compose the memory part; the hot path works on its lists directly."""
+        m = self.memory = self.memory_accounts(self, w)
+        self.capacity, self.used, self.resident = m.capacity, m.used, m.resident
+        self.peak, self.timeline = m.peak, m.timeline
+        self._new_peak = m.over_peak
 
     # -- memory -------------------------------------------------------------------------
-
-    def _overflow(self, d: int, used: int, what: str) -> None:
-        self.overflow = (f"out of memory on device {self.devices[d]!r} at "
-                         f"t={self.env.now:.6g} s ({what}): needs {used} bytes, has "
-                         f"{self.capacity[d]}")
-
-    def _new_peak(self, d: int, used: int, op: int, transfer: int | None) -> None:
-        self.peak[d] = used
-        if used > self.capacity[d] and not self.overflow:
-            what = (f"op {self.names[op]!r} starts" if transfer is None else
-                    f"transfer {self.transfer_names[transfer]!r} requested")
-            self._overflow(d, used, what)
 
     def receive(self, k: int) -> None:
         """A received copy holds memory on its destination from the transfer's request
@@ -331,7 +317,7 @@ class Simulation:
                                 minlength=self.n_dev).tolist()
         makespan = max(float(self.end.max()) if len(self.end) else 0.0,
                        max(self.t_end, default=0.0))
-        reason = self.overflow
+        reason = self.memory.overflow
         if ran < len(self.names):
             reason = reason or f"only {ran} of {len(self.names)} ops ran"
         streams = [self.cluster.device(d).compute_streams for d in self.devices]

@@ -30,6 +30,7 @@ from policies.collectives import lower
 from policies.plans import Plan
 from sim.engine import IssueOrder, Simulation, simulate
 from sim.hosts import shared_hosts
+from sim.memory import MemoryAccounts
 from sim.options import LINK_MODELS, LINK_REGISTRY, require
 from sim.result import TraceColumns
 from sim.sharing import SharingPolicy, make_sharing
@@ -125,11 +126,54 @@ def _json(value: Any) -> Any:
     return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
+class JobAccounts(MemoryAccounts):
+    """Memory when several jobs share the devices: a job's views of a device are its
+    accounts (parameters arrive with the job, leave when it ends); a device's use is the
+    sum over the jobs that have not failed. A job that allocates past the device's capacity
+    (past its slice's, where a partition slices memory) fails alone."""
+
+    run: SharedRun
+
+    def __init__(self, run: SharedRun, w: Wiring) -> None:
+        super().__init__(run, w)
+        n = run.n_physical
+        self.overflow = ""
+        self.used = [0] * len(run.devices)  # parameters arrive with their job
+        self.peak = [-1] * len(run.devices)  # so every allocation is checked
+        self.device_peak = [0] * n
+        self.device_capacity = self.capacity[:n]
+        self.memory_slices = run.sharing.partitioned and run.sharing.memory_slices
+        self.timeline = []
+
+    def over_peak(self, d: int, used: int, op: int, transfer: int | None) -> None:
+        run = self.run
+        j, p = d // run.n_physical, run.physical(d)
+        total = self.device_use(p)
+        self.device_peak[p] = max(self.device_peak[p], total)
+        if run.dead[j]:
+            return
+        if self.memory_slices:
+            if used > self.capacity[d]:
+                run.fail(j, d, used, self.capacity[d], self.cause(op, transfer),
+                         "its slice's")
+        elif total > self.device_capacity[p]:
+            run.fail(j, d, total, self.device_capacity[p], self.cause(op, transfer),
+                     "the device's")
+
+    def device_use(self, p: int) -> int:
+        """Bytes in use on physical device ``p`` by the jobs that have not failed."""
+        run, n = self.run, self.run.n_physical
+        return sum(self.used[j * n + p] for j in range(len(run.jobs)) if not run.dead[j])
+
+
 class SharedRun(Simulation):
     """Several jobs on one fabric, in each job's plan order, ordered between jobs by a
     :class:`~sim.sharing.SharingPolicy`. Device index ``v`` is job ``v // n`` 's view of
     physical device ``v % n``. Its issue order is :class:`SharedOrder`; a failed job
     sends nothing more (its running ops still finish)."""
+
+    memory_accounts = JobAccounts
+    memory: JobAccounts
 
     def __init__(self, jobs: Sequence[Job], wirings: Sequence[Wiring], cluster: Cluster,
                  sharing: SharingPolicy) -> None:
@@ -210,40 +254,11 @@ class SharedRun(Simulation):
         return [j for j in range(len(self.jobs)) if self.rank[j] < self.rank[job]
                 and math.isnan(self.end_s[j])]
 
-    # -- memory: a job's views are its accounts; a device's use is their sum ----------------
+    # -- a job that runs out of memory fails alone --------------------------------------
 
-    def _init_memory(self, w: Wiring) -> None:
-        super()._init_memory(w)
-        self.overflow = ""
-        self.used = [0] * len(self.devices)  # parameters arrive with their job
-        self.peak = [-1] * len(self.devices)  # so every allocation is checked
-        self.device_peak = [0] * self.n_physical
-        self.device_capacity = self.capacity[:self.n_physical]
-        self.memory_slices = self.sharing.partitioned and self.sharing.memory_slices
-        self.timeline = []
-
-    def _new_peak(self, d: int, used: int, op: int, transfer: int | None) -> None:
-        j = d // self.n_physical
-        p = self.physical(d)
-        total = self._device_use(p)
-        self.device_peak[p] = max(self.device_peak[p], total)
-        if self.dead[j]:
-            return
-        if self.memory_slices:
-            if used > self.capacity[d]:
-                self._fail(j, d, used, self.capacity[d], op, transfer, "its slice's")
-        elif total > self.device_capacity[p]:
-            self._fail(j, d, total, self.device_capacity[p], op, transfer, "the device's")
-
-    def _device_use(self, p: int) -> int:
-        n = self.n_physical
-        return sum(self.used[j * n + p] for j in range(len(self.jobs)) if not self.dead[j])
-
-    def _fail(self, j: int, d: int, used: int, capacity: int, op: int,
-              transfer: int | None, whose: str) -> None:
-        what = ("its parameters arrive" if op < 0 and transfer is None else
-                f"op {self.names[op]!r} starts" if transfer is None else
-                f"transfer {self.transfer_names[transfer]!r} requested")
+    def fail(self, j: int, d: int, used: int, capacity: int, what: str, whose: str) -> None:
+        """Job ``j`` ran out of memory on view ``d`` (``what`` allocated ``used`` bytes
+        past ``whose`` capacity): it sends and starts nothing more."""
         self.reason[j] = (f"out of memory on device {self.devices[d]!r} at "
                           f"t={self.env.now:.6g} s ({what}): needs {used} bytes, "
                           f"{whose} capacity is {capacity}")
@@ -371,7 +386,7 @@ class SharedRun(Simulation):
             utilization={d: float(b / (makespan * s)) if makespan > 0 else 0.0
                          for d, b, s in zip(names, busy, streams, strict=True)},
             busy_s=dict(zip(names, busy.tolist(), strict=True)),
-            peak_memory_bytes=dict(zip(names, self.device_peak, strict=True)),
+            peak_memory_bytes=dict(zip(names, self.memory.device_peak, strict=True)),
             memory_capacity_bytes={d: self.cluster.device(d).memory_bytes for d in names},
             fairness=jain_index(done), columns=self._shared_columns(end, began),
             memory_log=self._device_log(), devices=tuple(names))
