@@ -16,12 +16,6 @@ from workloads.lazy import attach
 
 if TYPE_CHECKING:
     from hwmodels.calibrated import CalibratedCost
-    from hwmodels.collectives import (
-        all_gather_time,
-        reduce_scatter_time,
-        ring_allreduce_time,
-        tree_allreduce_time,
-    )
     from hwmodels.cost import (
         COST_MODELS,
         CostModel,
@@ -50,21 +44,21 @@ _WHERE = {
     "DEVICE_KINDS": "spec", "Device": "spec", "GPU_ARCHITECTURES": "spec", "GpuSpec": "spec",
     "HardwareFile": "toml_io", "Hop": "spec",
     "Link": "spec", "RooflineCost": "cost", "TableCost": "cost",
-    "all_gather_time": "collectives", "dump": "toml_io", "dumps": "toml_io",
+    "dump": "toml_io", "dumps": "toml_io",
     "find_devices": "registry", "get_cluster": "registry", "get_device": "registry",
     "list_clusters": "registry", "list_devices": "registry", "load": "registry",
-    "loads": "toml_io", "make_cost_model": "cost", "reduce_scatter_time": "collectives",
+    "loads": "toml_io", "make_cost_model": "cost",
     "register_cluster": "registry", "register_device": "registry",
     "register_file": "registry", "remove": "registry",
-    "ring_allreduce_time": "collectives", "source_of": "registry",
-    "tree_allreduce_time": "collectives", "user_catalog_dir": "registry",
+    "source_of": "registry",
+    "user_catalog_dir": "registry",
 }
 
 __all__ = ["COST_MODELS", "CalibratedCost", "Cluster", "CostModel", "DEVICE_KINDS", "Device",
     "GPU_ARCHITECTURES", "GpuSpec", "HardwareFile", "Hop", "Link", "RooflineCost", "TableCost",
-    "all_gather_time", "dump", "dumps", "find_devices", "get_cluster", "get_device",
-    "list_clusters", "list_devices", "load", "loads", "make_cost_model", "reduce_scatter_time",
-    "register_cluster", "register_device", "register_file", "remove", "ring_allreduce_time",
-    "source_of", "tree_allreduce_time", "user_catalog_dir"]
+    "dump", "dumps", "find_devices", "get_cluster", "get_device",
+    "list_clusters", "list_devices", "load", "loads", "make_cost_model",
+    "register_cluster", "register_device", "register_file", "remove",
+    "source_of", "user_catalog_dir"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

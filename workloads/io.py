@@ -3,6 +3,7 @@ never half of one) and reads whose errors are one line."""
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import stat
@@ -20,14 +21,22 @@ __all__ = ["STDOUT", "check_room", "memory_headroom", "read_text", "write_bytes_
            "write_figure", "write_text_atomic"]
 
 
+@functools.cache
 def _file_mode() -> int:
-    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp uses 0600."""
-    umask = os.umask(0)
+    """The mode ``open()`` would give a new file (0666 less the umask); mkstemp uses 0600.
+
+    Read where the kernel reports it (Linux); elsewhere set and restored at once, on the
+    first write rather than at import, where it would change the importer's process state.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except OSError:
+        pass
+    umask = os.umask(0o022)
     os.umask(umask)
     return 0o666 & ~umask
-
-
-_MODE = _file_mode()
 
 #: Writing to this path writes to standard output.
 STDOUT = "-"
@@ -69,7 +78,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         with open(target, "wb") as f:  # a FIFO, a terminal, /dev/null: no rename possible
             f.write(data)
         return path
-    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else _MODE
+    mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else _file_mode()
     target.parent.mkdir(parents=True, exist_ok=True)
     _clean_stale(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp",

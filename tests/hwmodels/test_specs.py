@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from hwmodels import (
     Cluster,
     Device,
+    HardwareFile,
     Link,
     RooflineCost,
     dumps,
@@ -219,3 +220,18 @@ def test_a_host_slowdown_is_checked_kept_and_read_back() -> None:
     with pytest.raises(HardwareSpecError, match=r"^c.toml: cluster\[0\].host_slowdown.h: "
                                                 r"expected a number >= 1, got 0.5$"):
         loads(text, source="c.toml", known_models=lambda _: toy_device("a"))
+
+
+def test_duplicate_and_disconnected_in_a_file() -> None:
+    dev = ('[[device]]\nname = "x"\nkind = "gpu"\nmemory_gib = 1\n'
+           'memory_bandwidth_gbps = 1\npeak_tflops = { fp32 = 1 }\n')
+    with pytest.raises(HardwareSpecError, match=r"^f.toml: device\[1\].name: expected a name "
+                                                r"not used before in the file, got 'x' again$"):
+        loads(dev + dev, source="f.toml")
+    two = dev + ('[[cluster]]\nname = "split"\ndevice = [{ name = "a", model = "x" }, '
+                 '{ name = "b", model = "x" }]\n')
+    with pytest.raises(HardwareSpecError,
+                       match=r"^f.toml: cluster\[0\] \('split'\): cluster 'split': must be "
+                             r"connected, got separate"):
+        loads(two, source="f.toml")
+    assert isinstance(loads(dev), HardwareFile)
