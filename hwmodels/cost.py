@@ -59,6 +59,23 @@ class CostModel(ABC):
     def op_time(self, op: Op, device: str) -> float:
         """Seconds ``op`` takes on the device named ``device``."""
 
+    def check_cluster(self, cluster: Cluster, who: str) -> None:
+        """Refuse ``cluster`` unless this model is bound to it (the same definition): a
+        model bound to another would quietly use its speeds. ``who`` names the caller.
+
+        >>> from hwmodels import get_cluster
+        >>> RooflineCost(get_cluster("workstation")).check_cluster(
+        ...     get_cluster("dgx-a100"), "simulate")
+        Traceback (most recent call last):
+        ...
+        workloads.errors.HardwareSpecError: simulate: cost model is bound to cluster ...
+        """
+        if self.cluster is not cluster and \
+                self.cluster.definition_hash != cluster.definition_hash:
+            raise HardwareSpecError(f"{who}: cost model is bound to cluster "
+                                    f"{self.cluster.name!r}, expected one bound to "
+                                    f"{cluster.name!r}")
+
     #: What priced an op, for a model with one source (:meth:`sources`).
     source_name: str = "model"
 

@@ -23,7 +23,6 @@ from workloads.registry import Registry
 
 __all__ = ["POLICIES", "Param", "PlacementPolicy", "Seed", "make_policy",
            "make_rng", "plan", "policy_parameters", "register_policy", "seed_int",
-           "check_cost_binding",
            "split_policies"]
 
 
@@ -185,14 +184,6 @@ def _check_runnable(graph: Graph, cluster: Cluster, cost: CostModel,
                                      f"{err}") from err
 
 
-def check_cost_binding(cost: CostModel, cluster: Cluster, who: str) -> None:
-    """A cost model bound to another cluster definition would quietly use its speeds."""
-    if cost.cluster is not cluster and \
-            cost.cluster.definition_hash != cluster.definition_hash:
-        raise PlacementError(f"{who}: cost model is bound to cluster {cost.cluster.name!r}, "
-                             f"expected one bound to {cluster.name!r}")
-
-
 def _refuse_collectives(graph: Graph) -> None:
     if graph.collectives:
         op = graph.op(graph.collectives[0])
@@ -225,7 +216,7 @@ def plan(graph: Graph, cluster: Cluster, policy: PlacementPolicy | str,
     if not len(graph):
         raise PlacementError(f"plan: graph {graph.name!r}: expected at least one op, got none")
     _refuse_collectives(graph)
-    check_cost_binding(cost, cluster, "plan")
+    cost.check_cluster(cluster, "plan")
     start = time.perf_counter()
     if load is None and evaluate is not None and policy.scores_plans:
         proposal = policy.place_scored(graph, cluster, cost, evaluate)

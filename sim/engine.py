@@ -42,7 +42,6 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
 from sim.events import EventQueue
@@ -376,7 +375,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     require(order, ORDER_REGISTRY, ORDERS, "simulate", "order")
     require(links, LINK_REGISTRY, LINK_MODELS, "simulate", "links")
     plan.validate(cluster)
-    check_cost_binding(cost, cluster, "simulate")
+    cost.check_cluster(cluster, "simulate")
     plan = lower(plan, cluster)
     hosts = shared_hosts(cluster)
     with gc_paused():

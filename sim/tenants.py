@@ -25,7 +25,6 @@ import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from policies.base import check_cost_binding
 from policies.collectives import lower
 from policies.plans import Plan
 from sim.engine import IssueOrder, Simulation, simulate
@@ -503,7 +502,7 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
                                  f"{job.name!r} twice")
         seen.add(job.name)
         job.plan.validate(cluster)
-    check_cost_binding(cost, cluster, "simulate_jobs")
+    cost.check_cluster(cluster, "simulate_jobs")
     alone = [simulate(j.plan, cluster, cost, job=j.name, links=links).makespan_s
              for j in named]
     hosts, n = shared_hosts(cluster), len(cluster.devices)

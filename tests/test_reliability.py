@@ -22,7 +22,14 @@ from policies import Plan, plan
 from policies.optimal import Optimal
 from sim import simulate
 from tests.helpers import reload_catalog
-from workloads import Graph, GraphBuilder, GraphError, PlacementError, build_model
+from workloads import (
+    Graph,
+    GraphBuilder,
+    GraphError,
+    HardwareSpecError,
+    PlacementError,
+    build_model,
+)
 from workloads.io import write_text_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,7 +171,7 @@ def test_a_cost_model_of_another_cluster_is_refused() -> None:
         Device(d.name, d.kind, {k: 10 * v for k, v in d.peak.items()}, d.memory_bytes,
                d.memory_bandwidth) for d in ws.devices), ws.links)
     p = plan(graph, ws, "heft")
-    with pytest.raises(PlacementError, match=r"simulate: cost model is bound to cluster "
+    with pytest.raises(HardwareSpecError, match=r"simulate: cost model is bound to cluster "
                                              r"'workstation', expected one bound to "
                                              r"'workstation'"):
         simulate(p, ws, RooflineCost(faster))
