@@ -117,9 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("list", help="list models, devices, clusters, policies, sharing "
-                       "policies or passes")
+                       "policies, passes, engines, link models, issue orders or cost models")
     p.add_argument("what", choices=("models", "devices", "clusters", "policies", "sharing",
-                                    "passes"))
+                                    "passes", "engines", "link-models", "issue-orders",
+                                    "cost-models"))
     p.add_argument("--params", action="store_true",
                    help="with policies, sharing or passes: each one's parameters, defaults "
                         "and valid values")

@@ -100,6 +100,17 @@ def _registries() -> dict[str, Any]:
     return {"policies": POLICIES, "sharing": SHARING, "passes": PASSES}
 
 
+def _plain_registries() -> dict[str, Any]:
+    """The plug-in registries ``placelab list`` shows by name only (their members declare
+    no parameters)."""
+    from hwmodels.cost import COST_MODELS
+    from runtime.engine import ENGINES
+    from sim.options import LINK_REGISTRY, ORDER_REGISTRY
+
+    return {"engines": ENGINES, "link-models": LINK_REGISTRY, "issue-orders": ORDER_REGISTRY,
+            "cost-models": COST_MODELS}
+
+
 def cmd_list(args: argparse.Namespace) -> None:
     from hwmodels.registry import list_clusters, list_devices
     from workloads.zoo import list_models
@@ -107,8 +118,12 @@ def cmd_list(args: argparse.Namespace) -> None:
     registries = _registries()
     listing: dict[str, Callable[[], list[str]]] = {
         "models": list_models, "devices": list_devices, "clusters": list_clusters,
-        **{what: registry.names for what, registry in registries.items()},
+        **{what: registry.names
+           for what, registry in (registries | _plain_registries()).items()},
     }
+    if args.params and args.what not in registries:
+        raise PlacelabError(f"list {args.what}: --params lists the parameters of "
+                            f"{', '.join(registries)}; {args.what} have none")
     items = listing[args.what]()
     if args.what in registries and args.params:
         params = _plugin_params(registries[args.what], items)

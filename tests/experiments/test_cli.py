@@ -243,6 +243,26 @@ def test_list_shows_sharing_policies_and_passes_with_their_parameters(capsys) ->
     assert [p["name"] for p in data["params"]["train"]] == ["optimizer", "colocate"]
 
 
+def test_list_shows_engines_link_models_issue_orders_and_cost_models(capsys) -> None:
+    from hwmodels.cost import COST_MODELS
+    from runtime.engine import ENGINES
+    from sim.options import LINK_REGISTRY, ORDER_REGISTRY
+
+    expected = {"engines": {"cpu", "gpu", "torch", "torch-cuda"},
+                "link-models": {"fcfs", "fair", "none"}, "issue-orders": {"plan", "priority"},
+                "cost-models": {"roofline", "table", "gpu", "calibrated"}}
+    registries = {"engines": ENGINES, "link-models": LINK_REGISTRY,
+                  "issue-orders": ORDER_REGISTRY, "cost-models": COST_MODELS}
+    for what, names in expected.items():
+        assert main(["list", what, "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)[what]
+        assert names <= set(listed) and listed == registries[what].names()
+    assert main(["list", "engines", "--params"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "placelab: error: list engines: --params lists the parameters of policies, sharing, "
+        "passes; engines have none")
+
+
 def test_simulate_pipelines_a_training_step(capsys) -> None:
     assert main(["simulate", "--model", "mlp", "--batch", "32", "--cluster",
                  "quad-v100-nvlink", "--pp", "2", "--microbatches", "4", "--schedule",
