@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import inspect
 import numbers
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -18,7 +17,8 @@ from policies.params import Param
 from policies.plans import Placement, Plan, order_by_priority
 from workloads.errors import PlacementError, UnsupportedOp
 from workloads.graph import Graph
-from workloads.params import parse_spec, split_specs
+from workloads.params import split_specs
+from workloads.plugin import Plugin
 from workloads.registry import Registry
 
 __all__ = ["POLICIES", "Param", "PlacementPolicy", "Seed", "make_policy",
@@ -26,7 +26,7 @@ __all__ = ["POLICIES", "Param", "PlacementPolicy", "Seed", "make_policy",
            "split_policies"]
 
 
-class PlacementPolicy(ABC):
+class PlacementPolicy(Plugin, ABC):
     """Decides which device runs each op (and optionally in which order).
 
     One method is required: :meth:`place`. Policies propose; the simulator and the runtime
@@ -36,16 +36,15 @@ class PlacementPolicy(ABC):
     (an integer, a ``numpy.random.Generator`` or None) and draws from :func:`make_rng`.
     """
 
-    name: ClassVar[str] = ""
+    family = "policy"
+    error = PlacementError
     #: The policy never exceeds a device's memory under the conservative model of
     #: :mod:`policies.problem`, and raises :class:`OutOfMemory` when nothing fits.
     memory_aware: ClassVar[bool] = False
     #: The largest graph (in ops) the policy accepts; None: no limit.
     max_ops: int | None = None
-    #: The constructor's keyword parameters: type, default, valid values (the CLI and
-    #: sweeps read and check them from here; the conformance suite holds them to the
-    #: constructor's signature).
-    params: ClassVar[tuple[Param, ...]] = ()
+    # ``params`` (Plugin): the CLI and sweeps read and check them from there; the
+    # conformance suite holds them to the constructor's signature.
     #: The policy places around other jobs' load when :func:`plan` is given one.
     load_aware: ClassVar[bool] = False
     #: The policy scores candidate plans with an evaluator (``Plan -> seconds``) that
@@ -54,14 +53,6 @@ class PlacementPolicy(ABC):
     #: Among the policies "all" names (compare, the demo); a search, whose cost is its
     #: budget of evaluations, runs only when named.
     in_all: ClassVar[bool] = True
-
-    def checked(self, name: str, value: Any) -> Any:
-        """``value`` checked against the declared parameter ``name``."""
-        found = [p for p in self.params if p.name == name]
-        if not found:
-            raise PlacementError(f"policy {self.name!r}: {name} is not a declared "
-                                 f"parameter (params lists none by that name)")
-        return found[0].check(self.name, value)
 
     @abstractmethod
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
@@ -79,16 +70,6 @@ class PlacementPolicy(ABC):
         """A placement with other jobs' ``load`` already on the cluster. By default the
         load is ignored; policies that declare ``load_aware`` override this."""
         return self.place(graph, cluster, cost)
-
-    def get_params(self) -> dict[str, Any]:
-        """The constructor's parameters and their current values."""
-        names = [p.name for p in inspect.signature(type(self).__init__).parameters.values()
-                 if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        return {n: getattr(self, n) for n in names if hasattr(self, n)}
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({params})"
 
 
 Seed = int | np.integer | np.random.Generator | None
@@ -153,9 +134,8 @@ def make_policy(spec: str) -> PlacementPolicy:
     >>> make_policy("optimal:node_limit=50,max_ops=12")
     Optimal(node_limit=50, max_ops=12, time_limit_s=None)
     """
-    cls = POLICIES.get(spec.partition(":")[0])
-    _, kwargs = parse_spec(spec, cls.params, what="policy", error=PlacementError)
-    return cls(**kwargs)
+    policy: PlacementPolicy = POLICIES.make(spec)
+    return policy
 
 
 def split_policies(text: str) -> list[str]:

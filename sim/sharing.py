@@ -31,7 +31,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workloads.errors import PlacementError
-from workloads.params import Param, parse_spec
+from workloads.params import Param
+from workloads.plugin import Plugin
 from workloads.registry import Registry
 
 if TYPE_CHECKING:
@@ -41,15 +42,15 @@ __all__ = ["SHARING", "Exclusive", "Fifo", "Partition", "Priority", "SharingPoli
            "WeightedFair", "make_sharing", "register_sharing"]
 
 
-class SharingPolicy(ABC):
+class SharingPolicy(Plugin, ABC):
     """Orders queued ops of several jobs on a device. :meth:`key` is required; the hooks
     default to doing nothing. Per-run state lives in the object :meth:`new_state` returns
     (kept by the run), so one instance may serve several runs."""
 
-    name: ClassVar[str] = ""
+    family = "sharing policy"
+    error = PlacementError
     #: Each device splits into fixed slices, one per job (no queueing between jobs).
     partitioned: ClassVar[bool] = False
-    params: ClassVar[tuple[Param, ...]] = ()
 
     @property
     def memory_slices(self) -> bool:
@@ -76,13 +77,6 @@ class SharingPolicy(ABC):
         """Whether arrived job ``job`` may begin now (asked in arrival order)."""
         return True
 
-    def get_params(self) -> dict[str, Any]:
-        return {p.name: getattr(self, p.name) for p in self.params}
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({params})"
-
 
 _BUILTIN = {"exclusive": "sim.sharing:Exclusive", "fifo": "sim.sharing:Fifo",
             "weighted_fair": "sim.sharing:WeightedFair", "priority": "sim.sharing:Priority",
@@ -105,9 +99,8 @@ def make_sharing(spec: str | SharingPolicy) -> SharingPolicy:
     """
     if isinstance(spec, SharingPolicy):
         return spec
-    cls = SHARING.get(spec.partition(":")[0])
-    _, kwargs = parse_spec(spec, cls.params, what="sharing policy", error=PlacementError)
-    return cls(**kwargs)
+    policy: SharingPolicy = SHARING.make(spec)
+    return policy
 
 
 class _Arrival(SharingPolicy):

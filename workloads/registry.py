@@ -55,12 +55,18 @@ class Registry(Generic[T]):
         self._lazy: dict[str, str] = dict(builtins or {})
         self._entry_points_read = group is None
 
-    def register(self, name: str, item: T) -> None:
-        """Add ``item`` as ``name``; a name already taken is an error.
+    def register(self, name: str, item: T | None = None) -> Any:
+        """Add ``item`` as ``name``; a name already taken is an error. Without ``item``, a
+        decorator that registers what it decorates (and returns it).
 
         Registering the very object a built-in entry names (its module being imported)
         resolves that entry instead.
         """
+        if item is None:
+            def decorate(obj: T) -> T:
+                self.register(name, obj)
+                return obj
+            return decorate
         if not isinstance(name, str) or not name:
             raise RegistryError(f"{self.what} name must be a non-empty string, got {name!r}")
         if name in self._lazy and self._lazy[name] == _target(item):
@@ -68,6 +74,21 @@ class Registry(Generic[T]):
         elif name in self._items or name in self._lazy:
             raise RegistryError(f"{self.what} {name!r} is already registered")
         self._items[name] = item
+
+    def make(self, spec: str) -> Any:
+        """A member made from ``name`` or ``name:key=value,...``: a
+        :class:`~workloads.plugin.Plugin` class's declared parameters, each value read and
+        checked as its :class:`~workloads.params.Param` says (errors of the member's family).
+
+        >>> from workloads.passes import PASSES
+        >>> PASSES.make("train:optimizer=adam")
+        TrainingStep(optimizer='adam', colocate='ops')
+        """
+        from workloads.params import parse_spec
+
+        cls: Any = self.get(spec.partition(":")[0])
+        _, kwargs = parse_spec(spec, cls.params, what=self.what, error=cls.error)
+        return cls(**kwargs)
 
     def unregister(self, name: str) -> None:
         """Remove ``name`` (for tests and interactive sessions)."""

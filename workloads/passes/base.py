@@ -9,43 +9,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from workloads.errors import GraphError
 from workloads.graph import Graph
-from workloads.params import Param, parse_spec
+from workloads.plugin import Plugin
 from workloads.registry import Registry
 
 __all__ = ["PASSES", "Pass", "PassManager", "make_pass", "register_pass"]
 
 
-class Pass(ABC):
+class Pass(Plugin, ABC):
     """One graph transformation. Required: :meth:`call`; hooks default to no checks.
     Arguments are keyword parameters of the constructor, declared in :attr:`params` (so
     ``--passes train:optimizer=adam`` and a sweep read and check them) and stored under
     their own names."""
 
-    name: ClassVar[str] = ""
+    family = "pass"
+    error = GraphError
     #: Applying the pass to its own result changes nothing (the conformance suite checks it).
     idempotent: ClassVar[bool] = True
     #: The result keeps every output of the input (a training step ends elsewhere).
     keeps_outputs: ClassVar[bool] = True
-    #: The constructor's keyword parameters.
-    params: ClassVar[tuple[Param, ...]] = ()
 
-    def checked(self, name: str, value: Any) -> Any:
-        """``value`` checked against the declared parameter ``name``."""
-        (param,) = [p for p in self.params if p.name == name]
-        return param.check(self.name, value, what="pass", error=GraphError)
-
-    def get_params(self) -> dict[str, Any]:
-        return {p.name: getattr(self, p.name) for p in self.params}
-
-    def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}({params})"
-
-    def requires(self, graph: Graph) -> None:  # noqa: B027  (an optional hook)
+    def requires(self, graph: Graph) -> None:
         """Raise :class:`GraphError` if ``graph`` is not one this pass accepts."""
 
     def accepts(self, graph: Graph) -> bool:
@@ -96,9 +83,8 @@ def make_pass(spec: str) -> Pass:
     >>> make_pass("train:optimizer=adam")
     TrainingStep(optimizer='adam', colocate='ops')
     """
-    cls = PASSES.get(spec.partition(":")[0])
-    _, kwargs = parse_spec(spec, cls.params, what="pass", error=GraphError)
-    return cls(**kwargs)
+    made: Pass = PASSES.make(spec)
+    return made
 
 
 class PassManager:
