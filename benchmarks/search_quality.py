@@ -34,11 +34,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -171,10 +169,8 @@ def part_optimum(quick: bool) -> pd.DataFrame:
 
 
 def part_autoparallel(quick: bool) -> tuple[pd.DataFrame, dict[str, Any]]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments" / "scripts"))
-    from parallel_scaling import GPUS, run, strategies
-
     from experiments.autoparallel import autoparallel
+    from experiments.scripts.parallel_scaling import GPUS, run, strategies
 
     model, batch, seq = ("bert_base", 16, 32) if quick else ("gpt2_small", 32, 1024)
     cluster, gpus = ("quad-v100-nvlink", (1, 2, 4)) if quick else ("dgx-h100-x4-ib", GPUS)
