@@ -165,8 +165,7 @@ def load_graph(args: argparse.Namespace) -> Graph:
 
 
 def cmd_model_show(args: argparse.Namespace) -> None:
-    args.model, args.graph = args.name, None
-    graph = load_graph(args)
+    graph = load_graph(argparse.Namespace(**{**vars(args), "model": args.name, "graph": None}))
     summary = graph.summary()
     step = str(graph.meta.get("step", "forward"))  # the graph says what it is
     summary.update(batch=graph.meta.get("batch", args.batch), train=step != "forward",
@@ -325,23 +324,23 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     cluster = get_cluster(args.cluster)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
     how = _parallel if parallel else _placed
-    graph, p, result, rounds = how(args, cluster, cost)
-    args.policy = args.policy or p.policy
+    graph, p, result, rounds, order = how(args, cluster, cost)
+    policy = args.policy or p.policy
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
-        result.write_gantt(args.gantt, title=f"{graph.name} on {cluster.name}, {args.policy}")
+        result.write_gantt(args.gantt, title=f"{graph.name} on {cluster.name}, {policy}")
     bound = lower_bound(graph, cluster, cost)
     data = {"model": graph.name, "batch": args.batch if not args.graph else None,
-            "cluster": cluster.name, "policy": args.policy, "cost_model": args.cost,
-            "order": args.order, "links": args.links, "placement_s": p.placement_s,
+            "cluster": cluster.name, "policy": policy, "cost_model": args.cost,
+            "order": order, "links": args.links, "placement_s": p.placement_s,
             **({k: p.info.get(k, 1) for k in ("dp", "pp", "tp")} if parallel else {}),
             "lower_bound_s": bound,
             "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
             **result.summary(), "repair_rounds": rounds,
             **({"search": {k: p.info[k] for k in _SEARCH_INFO}} if "score_s" in p.info
                else {})}
-    lines = [f"{graph.name} on {cluster.name} with {args.policy}:",
+    lines = [f"{graph.name} on {cluster.name} with {policy}:",
              f"  makespan     {result.makespan_s * 1e3:.3f} ms"
              + (f"  ({result.makespan_s / bound:.2f}x the lower bound "
                 f"{bound * 1e3:.3f} ms)" if bound > 0 else ""),
@@ -373,17 +372,16 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
 
     graph = load_graph(args)
     make_policy(args.policy)
+    order = args.order or "plan"
     if args.repair:
         from sim.repair import repair
 
-        args.order = args.order or "plan"
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
-                          links=args.links, order=args.order)
-        return graph, repaired.plan, repaired.result, repaired.rounds
-    args.order = args.order or "plan"
+                          links=args.links, order=order)
+        return graph, repaired.plan, repaired.result, repaired.rounds, order
     p = plan(graph, cluster, args.policy, cost,
-             evaluate=evaluator(cluster, cost, links=args.links, order=args.order))
-    return graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
+             evaluate=evaluator(cluster, cost, links=args.links, order=order))
+    return graph, p, simulate(p, cluster, cost, order=order, links=args.links), [], order
 
 
 #: What a search policy reports of its run (``policies.search``).
@@ -423,8 +421,8 @@ def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, .
                                                                           else 1),
                     schedule=args.schedule, bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
                     algorithm=args.algorithm, optimizer=args.optimizer)
-    args.order = args.order or ("plan" if pp > 1 else "priority")
-    return p.graph, p, simulate(p, cluster, cost, order=args.order, links=args.links), []
+    order = args.order or ("plan" if pp > 1 else "priority")
+    return p.graph, p, simulate(p, cluster, cost, order=order, links=args.links), [], order
 
 
 def make_engine(kind: str, devices: int) -> Any:

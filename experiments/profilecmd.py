@@ -71,8 +71,7 @@ def _measure(args: argparse.Namespace, store: Any) -> None:
 
     if args.min_seconds < 0:
         raise PlacelabError(f"profile: --min-seconds must be >= 0, got {args.min_seconds}")
-    args.colocate, args.passes = "ops", None
-    graph = load_graph(args)
+    graph = load_graph(argparse.Namespace(**{**vars(args), "colocate": "ops", "passes": None}))
     engine = make_engine(args.engine, args.devices)
     done = profile_graph(engine, graph, store, repeats=args.repeats,
                          min_seconds=args.min_seconds)

@@ -449,3 +449,18 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     # the search scored its plan with the simulator: the score is the simulated makespan
     assert data["search"]["score_s"] == data["makespan_s"]
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["simulate", "--model", "mlp", "--cluster", "workstation", "--policy", "heft", "--json"],
+    ["simulate", "--model", "mlp", "--batch", "32", "--cluster", "quad-v100-nvlink", "--dp",
+     "2", "--json"],
+    ["model", "show", "mlp", "--json"]])
+def test_a_command_leaves_its_arguments_as_parsed(argv: list[str], capsys) -> None:
+    from experiments.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    parsed = dict(vars(args))
+    args.func(args)
+    capsys.readouterr()
+    assert vars(args) == parsed
