@@ -117,6 +117,7 @@ class FairSharing(LinkModel):
         pairs = np.column_stack([np.asarray(run.t_src, dtype=np.int64),
                                  np.asarray(run.t_dst, dtype=np.int64)]).reshape(-1, 2)
         keys, route_of = np.unique(pairs, axis=0, return_inverse=True)
+        route_of = route_of.ravel()  # (n, 1) under NumPy 2.0.0
         channels: dict[str, int] = {}
         capacity: list[float] = []
         paths = [run.cluster.route(run.devices[src], run.devices[dst])
@@ -132,9 +133,11 @@ class FairSharing(LinkModel):
         duration = np.asarray(run.t_duration, dtype=np.float64)
         # The bytes at the bottleneck rate take what the cost model charges beyond the
         # latency (the tensor's bytes for the roofline; a table's time otherwise).
-        self.f_latency: list[float] = np.minimum(latency, duration).tolist()
+        # A route of no hops (a copy within one device) is a pure delay of its whole time.
+        self.f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
+                                               duration).tolist()
         self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
-        self.flows = FlowTable(routes, capacity, route_of=route_of.ravel())
+        self.flows = FlowTable(routes, capacity, route_of=route_of)
         self.floats, self.ints = self.flows.floats, self.flows.ints
         self.start_flow, self.finish_flows = start_flow, finish_flows
         # Views of one device (several jobs) share its engine list, so its queue too.

@@ -87,7 +87,8 @@ class Registry(Generic[T]):
         from workloads.params import parse_spec
 
         cls: Any = self.get(spec.partition(":")[0])
-        _, kwargs = parse_spec(spec, cls.params, what=self.what, error=cls.error)
+        _, kwargs = parse_spec(spec, getattr(cls, "params", ()), what=self.what,
+                               error=getattr(cls, "error", RegistryError))
         return cls(**kwargs)
 
     def unregister(self, name: str) -> None:

@@ -121,3 +121,15 @@ def test_a_flow_table_settles_bytes_at_the_old_rate_before_the_new() -> None:
 def test_a_flow_that_crosses_no_channel_is_never_rated() -> None:
     table = FlowTable([[]], [])
     assert table.start(0, 1.0, 0.0) == (float("inf"), False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.data())
+def test_the_heap_and_the_scan_pick_the_same_bottlenecks(data) -> None:  # type: ignore[no-untyped-def]
+    from sim.flows import max_min_rates
+
+    n_channels = data.draw(st.integers(1, 12))
+    capacity = [data.draw(st.sampled_from([1e9, 2e9, 3e9, 4.5e9])) for _ in range(n_channels)]
+    routes = [data.draw(st.lists(st.integers(0, n_channels - 1), min_size=1, max_size=3,
+                                 unique=True)) for _ in range(data.draw(st.integers(1, 40)))]
+    assert max_min_rates(routes, capacity, scan_up_to=0) == max_min_rates(routes, capacity)
