@@ -26,14 +26,13 @@ import dataclasses
 import datetime
 import gc
 import subprocess
-import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
 import simpy
-from machine import describe, record
+from machine import describe, record, suite_module
 
 from hwmodels import Cluster, Link, RooflineCost, get_device
 from policies import Plan, order_by_priority
@@ -42,8 +41,7 @@ from workloads.graph import Graph
 from workloads.synthetic import layered_dag
 
 # The naive model is the test suite's oracle (tests/sim/oracle.py): one definition, two uses.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.sim.oracle import naive_simulate
+naive_simulate = suite_module("tests/sim/oracle.py").naive_simulate
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # where Debian's python3-simgrid lives
 
@@ -249,10 +247,10 @@ def contended_switch(sizes: list[int], width: int) -> list[str]:
     (``tests/sim/fair_reference.py``, equal to the bit) and SimGrid's s4u engine on the same
     plan with unlimited copy engines (SimGrid has none), where its Python module runs."""
     from sim.options import LINK_REGISTRY
-    from tests.sim.fair_reference import ReferenceFairSharing
 
     if "fair_reference" not in LINK_REGISTRY.names():
-        LINK_REGISTRY.register("fair_reference", ReferenceFairSharing)
+        reference = suite_module("tests/sim/fair_reference.py").ReferenceFairSharing
+        LINK_REGISTRY.register("fair_reference", reference)
     rows = ["", "Contended fair sharing: round robin over 64 H100s behind a switch at 4.5 GB/s, "
             "64 copy engines each (one run each; SimGrid with unlimited copy engines, its "
             "makespan against placelab's `fair` with them too):", "",
