@@ -286,8 +286,9 @@ def contended_switch(sizes: list[int], width: int) -> list[str]:
 
 
 def unlimited_copies(cluster: Cluster) -> Cluster:
-    """The cluster with as many copy engines per device as transfers can ever need, as
-    SimGrid models none (the helper of simgrid_crosscheck.py, which imports SimGrid)."""
+    """The cluster with as many copy engines per device as transfers can ever need: SimGrid
+    models none. (Above the 64 a hardware file may declare, so set past validation; with
+    64, plans that send more than 64 tensors at once queue in placelab alone.)"""
     devices = []
     for d in cluster.devices:
         copy = dataclasses.replace(d, copy_engines=64)

@@ -29,6 +29,7 @@ sys.path[:0] = [str(ROOT), *glob.glob(str(ROOT / ".venv/lib/python3.11/site-pack
 
 import simgrid  # noqa: E402
 from machine import describe, record  # noqa: E402
+from sim_speed import round_robin, slow_switch, unlimited_copies  # noqa: E402
 
 from hwmodels import Cluster, RooflineCost, get_cluster  # noqa: E402
 from policies import plan as make_plan  # noqa: E402
@@ -37,15 +38,6 @@ from workloads import build_model, training_graph  # noqa: E402
 
 CONFIG = ["network/model:CM02", "network/latency-factor:1", "network/bandwidth-factor:1",
           "network/crosstraffic:0", "network/TCP-gamma:1e18", "contexts/factory:thread"]
-
-
-def unlimited_copies(cluster: Cluster) -> Cluster:
-    """The cluster with as many copy engines per device as transfers can ever need: SimGrid
-    models none. (Above the 64 a hardware file may declare, so set past validation; with
-    64, plans that send more than 64 tensors at once queue in placelab alone.)"""
-    from sim_speed import unlimited_copies as unlimited
-
-    return unlimited(cluster)
 
 
 def simgrid_makespan(p, cluster: Cluster, cost) -> float:
@@ -167,8 +159,6 @@ def main(argv: list[str] | None = None) -> str:
 
 def _switched(n: int, width: int) -> str:
     import time
-
-    from sim_speed import round_robin, slow_switch
 
     cluster = unlimited_copies(slow_switch())
     plan = round_robin(n, width, cluster)

@@ -138,6 +138,7 @@ class FairSharing(LinkModel):
                                                duration).tolist()
         self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
         self.flows = FlowTable(routes, capacity, route_of=route_of)
+        # The compiled calls and their arrays, bound once: each transfer calls both.
         self.floats, self.ints = self.flows.floats, self.flows.ints
         self.start_flow, self.finish_flows = start_flow, finish_flows
         # Views of one device (several jobs) share its engine list, so its queue too.

@@ -21,22 +21,31 @@ __all__ = ["STDOUT", "check_room", "memory_headroom", "read_text", "write_bytes_
            "write_figure", "write_text_atomic"]
 
 
+def _kernel_umask() -> int | None:
+    """The process's umask as Linux reports it, without changing it (None elsewhere)."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("Umask:"):
+            return int(line.split()[1], 8)
+    return None
+
+
 @functools.cache
 def _file_mode() -> int:
     """The mode ``open()`` would give a new file (0666 less the umask); mkstemp uses 0600.
 
-    Read where the kernel reports it (Linux); elsewhere set and restored at once, on the
-    first write rather than at import, where it would change the importer's process state.
+    Where the kernel does not report the umask it is set and restored at once, on the first
+    write rather than at import, where it would change the importer's process state.
     """
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return 0o666 & ~int(line.split()[1], 8)
-    except OSError:
-        pass
-    umask = os.umask(0o022)
-    os.umask(umask)
+    umask = _kernel_umask()
+    if umask is None:
+        umask = os.umask(0o022)
+        os.umask(umask)
     return 0o666 & ~umask
+
 
 #: Writing to this path writes to standard output.
 STDOUT = "-"
