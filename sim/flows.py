@@ -27,7 +27,10 @@ from numba import njit
 __all__ = ["FlowTable", "finish_flows", "max_min_rates", "start_flow"]
 
 _INF = np.inf
-_HEADER = 8  # n flows, c channels, hops per flow (widest), m memberships, active, scan_up_to
+# The integer array begins with a header: n flows, c channels, hops per flow (widest),
+# m memberships, active flows, scan_up_to, channels touched in a turn, then the boundaries
+# of the float views and of the integer views (``_bounds``): the one place the layout lives.
+_FIXED = 8
 
 # Per flow (n), per channel (c), per membership (m), heap (c + m + 1), in this order.
 _FLOATS = ("remaining", "settled", "rate", "end", "new_rate", "capacity", "left",
@@ -36,12 +39,15 @@ _INTS = ("n_hops", "active", "where", "comp", "done", "in_comp", "rated", "hops"
          "offset", "count", "stack", "seen_list", "rank", "by_rank", "unrated", "seen",
          "touched", "touched_list", "heap_rank")
 _Views = namedtuple("_Views", _FLOATS + _INTS + ("header",))  # type: ignore[misc]
+_HEADER = _FIXED + len(_FLOATS) + 1 + len(_INTS) + 1
 
 
-def _sizes(n: int, c: int, width: int, m: int) -> tuple[list[int], list[int]]:
+def _bounds(n: int, c: int, width: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each float view and each integer view begins and ends, in its array."""
     heap = c + m + 1
-    return ([n] * 5 + [c] * 2 + [heap],
-            [n] * 7 + [n * width, m] + [c] * 10 + [heap])
+    floats = [n] * 5 + [c] * 2 + [heap]
+    ints = [n] * 7 + [n * width, m] + [c] * 10 + [heap]
+    return (np.cumsum([0, *floats]), _HEADER + np.cumsum([0, *ints]))
 
 
 class FlowTable:
@@ -74,10 +80,10 @@ class FlowTable:
         n_hops = np.fromiter(map(len, routes), np.int64, len(routes))[of]
         use = np.bincount(flat[flat >= 0], minlength=c).astype(np.int64)
         m = int(use.sum())
-        floats, ints = _sizes(n, c, width, m)
-        self.floats = np.zeros(sum(floats))
-        self.ints = np.zeros(_HEADER + sum(ints), dtype=np.int64)
-        self.ints[:_HEADER] = (n, c, width, m, 0, scan_up_to, 0, 0)
+        floats, ints = _bounds(n, c, width, m)
+        self.floats = np.zeros(floats[-1])
+        self.ints = np.zeros(ints[-1], dtype=np.int64)
+        self.ints[:_HEADER] = (n, c, width, m, 0, scan_up_to, 0, 0, *floats, *ints)
         view = self._view(floats, ints)
         view["capacity"][:] = capacity
         view["end"][:] = _INF
@@ -88,17 +94,11 @@ class FlowTable:
         # Each channel's active flows, in the order they started, in a segment of its own
         # as long as the number of transfers that ever cross it.
         view["offset"][:] = np.cumsum(use) - use
-        self.rate, self._done = view["rate"], view["done"]
+        self.rate, self._done, self._new_rate = view["rate"], view["done"], view["new_rate"]
 
-    def _view(self, floats: list[int], ints: list[int]) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        at = 0
-        for name, size in zip(_FLOATS, floats, strict=True):
-            out[name], at = self.floats[at:at + size], at + size
-        at = _HEADER
-        for name, size in zip(_INTS, ints, strict=True):
-            out[name], at = self.ints[at:at + size], at + size
-        return out
+    def _view(self, floats: np.ndarray, ints: np.ndarray) -> dict[str, np.ndarray]:
+        out = {name: self.floats[floats[i]:floats[i + 1]] for i, name in enumerate(_FLOATS)}
+        return out | {name: self.ints[ints[i]:ints[i + 1]] for i, name in enumerate(_INTS)}
 
     def start(self, k: int, volume: float, now: float) -> tuple[float, bool]:
         """Flow ``k`` starts with ``volume`` bytes: re-rate its component. Returns the
@@ -134,7 +134,7 @@ def max_min_rates(routes: list[list[int]], capacity: list[float], *,
                          f"an empty route at index {[len(r) for r in routes].index(0)}")
     table = FlowTable(routes, capacity, scan_up_to=scan_up_to)
     _fill_all(table.floats, table.ints)
-    return table.floats[4 * len(routes):5 * len(routes)].tolist()
+    return table._new_rate.tolist()
 
 
 # -- compiled kernels ---------------------------------------------------------------------------
@@ -142,21 +142,20 @@ def max_min_rates(routes: list[list[int]], capacity: list[float], *,
 
 @njit(cache=True)
 def _views(floats, ints):
-    """The named views of the two arrays (the layout of FlowTable._view)."""
-    n, c, width, m = ints[0], ints[1], ints[2], ints[3]
-    heap = c + m + 1
-    f, i = floats, ints[_HEADER:]
-    a, b = 5 * n, 7 * n + n * width + m  # where the per-channel parts begin
+    """The named views of the two arrays, cut at the boundaries the header holds."""
+    n, width = ints[0], ints[2]
+    f = floats
+    a = ints[_FIXED:_FIXED + len(_FLOATS) + 1]  # float boundaries
+    b = ints[_FIXED + len(_FLOATS) + 1:_HEADER]  # integer boundaries
+    i = ints
     return _Views(
-        f[:n], f[n:2 * n], f[2 * n:3 * n], f[3 * n:4 * n], f[4 * n:a],
-        f[a:a + c], f[a + c:a + 2 * c], f[a + 2 * c:a + 2 * c + heap],
-        i[:n], i[n:2 * n], i[2 * n:3 * n], i[3 * n:4 * n], i[4 * n:5 * n], i[5 * n:6 * n],
-        i[6 * n:7 * n], i[7 * n:7 * n + n * width].reshape((n, width)),
-        i[7 * n + n * width:b],
-        i[b:b + c], i[b + c:b + 2 * c], i[b + 2 * c:b + 3 * c], i[b + 3 * c:b + 4 * c],
-        i[b + 4 * c:b + 5 * c], i[b + 5 * c:b + 6 * c], i[b + 6 * c:b + 7 * c],
-        i[b + 7 * c:b + 8 * c], i[b + 8 * c:b + 9 * c], i[b + 9 * c:b + 10 * c],
-        i[b + 10 * c:b + 10 * c + heap], ints[:_HEADER])
+        f[a[0]:a[1]], f[a[1]:a[2]], f[a[2]:a[3]], f[a[3]:a[4]], f[a[4]:a[5]], f[a[5]:a[6]],
+        f[a[6]:a[7]], f[a[7]:a[8]],
+        i[b[0]:b[1]], i[b[1]:b[2]], i[b[2]:b[3]], i[b[3]:b[4]], i[b[4]:b[5]], i[b[5]:b[6]],
+        i[b[6]:b[7]], i[b[7]:b[8]].reshape((n, width)), i[b[8]:b[9]], i[b[9]:b[10]],
+        i[b[10]:b[11]], i[b[11]:b[12]], i[b[12]:b[13]], i[b[13]:b[14]], i[b[14]:b[15]],
+        i[b[15]:b[16]], i[b[16]:b[17]], i[b[17]:b[18]], i[b[18]:b[19]], i[b[19]:b[20]],
+        ints[:_HEADER])
 
 
 @njit(cache=True)
