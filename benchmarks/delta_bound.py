@@ -1,0 +1,157 @@
+"""How much re-simulating only from a move's first changed event could save: the ceiling
+of prefix-reusing delta simulation under ``mcmc``'s own moves.
+
+A search move changes a plan from some point of its timeline on; a simulator that kept the
+previous run could restore its state just before that point and simulate only the rest.
+For every candidate ``mcmc`` scores, this finds the earliest time the move can change:
+
+* on each device whose order changed, the later of the start of the op before the first
+  changed position (0 when it is the first) and the sooner of the start of the old op
+  there and the earliest the new op there can be ready (its producers' ends);
+* the start of every op that moved, and the end of every producer of a moved op's input
+  (its transfers change when it ends).
+
+The events left to simulate are the candidate's ops and transfers that start at or after
+that time. Against each candidate, the reference is whichever plan scored before it (the
+last 50) lets the most be kept; the chain's current plan is among them, so the figure is an
+upper bound on what the chain would get.
+
+Two ceilings per case, each the total of full evaluations over the total they would cost:
+``loop`` counts only the event loop (restoring state and wiring the new plan free), so no
+prefix-reusing evaluator can do better; ``with wiring`` charges each evaluation what a
+full one spends outside its event loop (building the new plan's lists), measured here.
+
+    python benchmarks/delta_bound.py [--evals 200] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+from typing import Any
+
+import numpy as np
+from machine import describe, record
+
+from hwmodels import RooflineCost, get_cluster
+from policies import plan
+from policies.plans import Plan
+from sim import simulate
+from sim.engine import Simulation
+from workloads import build_model, training_graph
+from workloads.graph import Graph
+from workloads.synthetic import layered_dag
+
+
+def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> float:
+    """The earliest simulated time at which ``new`` can differ from ``old``, given
+    ``old``'s op start and end times (indexed by the graph's op positions)."""
+    graph = old.graph
+    position = graph.arrays.position
+
+    def ready(name: str) -> float:  # no sooner than its inputs' producers end
+        return max((end[position[u]] for u in graph.predecessors(name)), default=0.0)
+
+    earliest = np.inf
+    for device in set(old.order) | set(new.order):
+        a, b = old.order.get(device, []), new.order.get(device, [])
+        first = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                     min(len(a), len(b)))
+        if first < len(a) or first < len(b):
+            # the device reaches the changed position when the op before it starts; then
+            # the old run starts its op there, or the new run's op there becomes ready
+            reached = start[position[a[first - 1]]] if first else 0.0
+            then = min(start[position[a[first]]] if first < len(a) else np.inf,
+                       ready(b[first]) if first < len(b) else np.inf)
+            earliest = min(earliest, max(reached, then))
+    for name, device in new.placement.items():
+        if old.placement[name] != device:
+            earliest = min(earliest, start[position[name]])
+            for producer in graph.predecessors(name):
+                earliest = min(earliest, end[position[producer]])
+    return float(earliest)
+
+
+def left_after(result: Any, when: float) -> float:
+    """The share of a run's ops and transfers that start at or after ``when``."""
+    c = result.columns
+    starts = np.concatenate((c.op_start, c.transfer_start))
+    return float(np.count_nonzero(starts >= when)) / max(len(starts), 1)
+
+
+def loop_share(p: Plan, cluster: Any, cost: Any, links: str) -> float:
+    """The share of a full evaluation spent in the event loop (median of five)."""
+    shares = []
+    for _ in range(5):
+        began = time.perf_counter()
+        simulate(p, cluster, cost, links=links)
+        full = time.perf_counter() - began
+        looped: list[float] = []
+        run = Simulation.run
+
+        def timed_run(self: Simulation, looped: list[float] = looped) -> None:
+            t = time.perf_counter()
+            run(self)
+            looped.append(time.perf_counter() - t)
+
+        Simulation.run = timed_run  # type: ignore[method-assign]
+        try:
+            began = time.perf_counter()
+            simulate(p, cluster, cost, links=links)
+            full = min(full, time.perf_counter() - began)
+        finally:
+            Simulation.run = run  # type: ignore[method-assign]
+        shares.append(min(looped[0] / full, 1.0))
+    return float(np.median(shares))
+
+
+def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int) -> str:
+    cluster = get_cluster(cluster_name)
+    cost = RooflineCost(cluster)
+    seen: list[tuple[Plan, np.ndarray, np.ndarray]] = []
+    left: list[float] = []
+
+    def evaluate(p: Plan) -> float:
+        r = simulate(p, cluster, cost, links=links)
+        c = r.columns
+        if seen:
+            when = max(divergence(o, p, s, e) for o, s, e in seen[-50:])
+            left.append(left_after(r, when))
+        seen.append((p, c.op_start, c.op_end))
+        return r.makespan_s if r.feasible else float("inf")
+
+    searched = plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost,
+                    evaluate=evaluate)
+    share = loop_share(searched, cluster, cost, links)
+    mean_left = float(np.mean(left))
+    return (f"| {label} | {len(graph):,} | {cluster_name} | {links} | {len(left)} "
+            f"| {np.median(left):.2f} | {1 / mean_left:.2f} | {share:.2f} "
+            f"| {1 / (mean_left * share + 1 - share):.2f} |")
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--evals", type=int, default=200)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    lines = [f"{describe()}, {datetime.date.today()}",
+             f"command: python benchmarks/delta_bound.py --evals {args.evals}", "",
+             "| graph | ops | cluster | links | moves | median share left | ceiling, loop "
+             "| loop share of a full evaluation | ceiling, with wiring |",
+             "|---|---:|---|---|---:|---:|---:|---:|---:|"]
+    print("\n".join(lines), flush=True)
+    gpt2 = training_graph(build_model("gpt2_small", batch=8), "adam")
+    cases = [("layered DAG", layered_dag(1000, width=100, seed=0)),
+             ("layered DAG", layered_dag(10_000, width=100, seed=0)),
+             ("GPT-2 small, Adam step", gpt2)]
+    for label, graph in cases:
+        for links in ("fcfs", "fair"):
+            row = case(label, graph, "quad-v100-nvlink", links, args.evals)
+            lines.append(row)
+            print(row, flush=True)
+    return record(lines, args.out)
+
+
+if __name__ == "__main__":
+    main()
