@@ -83,12 +83,12 @@ def left_after(result: Any, when: float) -> float:
 def loop_share(p: Plan, cluster: Any, cost: Any, links: str) -> float:
     """The share of a full evaluation spent in the event loop (median of five)."""
     shares = []
+    run = Simulation.run
     for _ in range(5):
         began = time.perf_counter()
         simulate(p, cluster, cost, links=links)
         full = time.perf_counter() - began
         looped: list[float] = []
-        run = Simulation.run
 
         def timed_run(self: Simulation, looped: list[float] = looped) -> None:
             t = time.perf_counter()

@@ -366,22 +366,29 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
 
 def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
-    """The graph placed by ``--policy`` (with ``--repair`` rounds) and simulated."""
-    from policies.base import make_policy, plan
-    from sim.engine import evaluator, simulate
+    """The graph placed by ``--policy`` and simulated: the run a sweep's cell is
+    (:func:`experiments.runspec.simulate_spec`), or with ``--repair`` rounds."""
+    from policies.base import make_policy
 
-    graph = load_graph(args)
-    make_policy(args.policy)
     order = args.order or "plan"
+    make_policy(args.policy)
     if args.repair:
         from sim.repair import repair
 
+        graph = load_graph(args)
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
                           links=args.links, order=order)
         return graph, repaired.plan, repaired.result, repaired.rounds, order
-    p = plan(graph, cluster, args.policy, cost,
-             evaluate=evaluator(cluster, cost, links=args.links, order=order))
-    return graph, p, simulate(p, cluster, cost, order=order, links=args.links), [], order
+    from experiments.runspec import RunSpec, simulate_spec
+
+    spec = RunSpec.make(args.graph or args.model, cluster, args.policy,
+                        graph_file=args.graph, cost_file=args.cost_file, batch=args.batch,
+                        seq_len=args.seq_len, train=args.train, optimizer=args.optimizer,
+                        colocate=args.colocate,
+                        passes=tuple(pass_specs(args.passes)) if args.passes else (),
+                        cost=args.cost, links=args.links, order=order)
+    done = simulate_spec(spec)
+    return done.graph, done.plan, done.result, [], order
 
 
 #: What a search policy reports of its run (``policies.search``).

@@ -23,7 +23,8 @@ from typing import Any
 from hwmodels.spec import Cluster
 from workloads.errors import PlacelabError
 
-__all__ = ["RESULT_COLUMNS", "RunSpec", "WALL_COLUMNS", "blank_row", "provenance", "run_one"]
+__all__ = ["RESULT_COLUMNS", "RunSpec", "Simulated", "WALL_COLUMNS", "blank_row", "provenance",
+           "run_one", "simulate_spec"]
 
 #: Columns of every results row, in order. Wall-clock columns (``WALL_COLUMNS``) differ
 #: between two runs of the same spec; every other column is a function of the spec.
@@ -76,6 +77,8 @@ class RunSpec:
     variant: str = ""
     cluster_toml: str = field(default="", repr=False)
     graph_json: str | None = field(default=None, repr=False)
+    #: where ``graph_json`` was read (named by its errors; not part of the key)
+    graph_file: str | None = field(default=None, repr=False)
 
     @classmethod
     def make(cls, model: str, cluster: str | Cluster, policy: str, *,
@@ -108,7 +111,8 @@ class RunSpec:
                    passes=tuple(passes), cost=cost,
                    cost_file=None if cost_file is None else str(cost_file),
                    cost_hash=cost_hash, links=links, order=order, seed=seed, variant=variant,
-                   cluster_toml=cluster_toml(c), graph_json=graph_json)
+                   cluster_toml=cluster_toml(c), graph_json=graph_json,
+                   graph_file=None if graph_file is None else str(graph_file))
 
     @functools.cached_property
     def key(self) -> str:
@@ -117,6 +121,7 @@ class RunSpec:
         data["cluster_toml"] = _sha(self.cluster_toml)
         data["graph_json"] = None if self.graph_json is None else _sha(self.graph_json)
         data["passes"] = list(self.passes)
+        del data["graph_file"]  # the graph is its content
         return _sha(json.dumps(data, sort_keys=True))
 
     def built_cluster(self) -> Cluster:
@@ -161,7 +166,7 @@ def _cluster(text: str, name: str) -> Cluster:
 @functools.lru_cache(maxsize=8)
 def _graph(model: str, batch: int, seq_len: int | None, dtype: str, train: bool,
            optimizer: str, colocate: str, passes: tuple[str, ...],
-           graph_json: str | None) -> Any:
+           graph_json: str | None, source: str) -> Any:
     """The spec's graph, built once per process for every cell that shares it."""
     from workloads.graph import Graph
     from workloads.passes import PassManager
@@ -169,7 +174,7 @@ def _graph(model: str, batch: int, seq_len: int | None, dtype: str, train: bool,
     from workloads.zoo import build_model
 
     if graph_json is not None:
-        graph = Graph.from_json(graph_json, source=f"graph {model!r}")
+        graph = Graph.from_json(graph_json, source=source)
     else:
         graph = build_model(model, batch=batch, seq_len=seq_len, dtype=dtype)
     if train:
@@ -220,33 +225,63 @@ def _cost(spec: RunSpec, cluster: Cluster) -> Any:
     return make_cost_model(spec.cost, cluster, spec.cost_file)
 
 
-def _simulate(spec: RunSpec) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Simulated:
+    """What :func:`simulate_spec` made of a spec: the graph, the plan, the simulation's
+    result, and the cluster, cost model, policy and lower bound they were made with."""
+
+    graph: Any
+    plan: Any
+    result: Any
+    cluster: Cluster
+    cost: Any
+    policy: Any
+    lower_bound_s: float
+    simulation_s: float
+
+
+def simulate_spec(spec: RunSpec) -> Simulated:
+    """Plan and simulate ``spec`` (what :func:`run_one` and ``placelab simulate`` do):
+    errors are raised, not recorded.
+
+    >>> s = simulate_spec(RunSpec.make("mlp", "workstation", "heft", batch=8))
+    >>> s.result.makespan_s >= s.lower_bound_s > 0
+    True
+    """
     from policies.base import plan
     from policies.bounds import lower_bound
     from sim.engine import evaluator, simulate
 
     cluster = spec.built_cluster()
     graph = _graph(spec.model, spec.batch, spec.seq_len, spec.dtype, spec.train,
-                   spec.optimizer, spec.colocate, spec.passes, spec.graph_json)
+                   spec.optimizer, spec.colocate, spec.passes, spec.graph_json,
+                   spec.graph_file or f"graph {spec.model!r}")
     cost = _cost(spec, cluster)
     policy = _policy(spec)
-    row: dict[str, Any] = {"cluster_hash": cluster.definition_hash,
-                           # what the graph is, passes included (a ``train`` pass)
-                           "step": graph.meta.get("step", spec.step),
-                           "policy_params": json.dumps(policy.get_params(), sort_keys=True),
-                           "lower_bound_s": lower_bound(graph, cluster, cost)}
+    bound = lower_bound(graph, cluster, cost)
     # a search scores its candidates by what the simulator will say of them
     p = plan(graph, cluster, policy, cost,
              evaluate=evaluator(cluster, cost, links=spec.links, order=spec.order)
              if policy.scores_plans else None)
     start = time.perf_counter()
     result = simulate(p, cluster, cost, links=spec.links, order=spec.order)
-    used = [d for d in cluster.device_names if d in p.order]
-    bound = row["lower_bound_s"]
-    return row | {
+    return Simulated(graph, p, result, cluster, cost, policy, bound,
+                     time.perf_counter() - start)
+
+
+def _simulate(spec: RunSpec) -> dict[str, Any]:
+    s = simulate_spec(spec)
+    p, result, bound = s.plan, s.result, s.lower_bound_s
+    used = [d for d in s.cluster.device_names if d in p.order]
+    return {
+        "cluster_hash": s.cluster.definition_hash,
+        # what the graph is, passes included (a ``train`` pass)
+        "step": s.graph.meta.get("step", spec.step),
+        "policy_params": json.dumps(s.policy.get_params(), sort_keys=True),
+        "lower_bound_s": bound,
         "makespan_s": result.makespan_s, "feasible": result.feasible,
         "reason": result.reason, "placement_s": p.placement_s,
-        "simulation_s": time.perf_counter() - start,
+        "simulation_s": s.simulation_s,
         "makespan_over_bound": result.makespan_s / bound if bound > 0 else None,
         "transfer_bytes": result.transfer_bytes,
         "compute_s": sum(result.busy_s.values()),
