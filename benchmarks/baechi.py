@@ -18,7 +18,7 @@ Three parts, every plan simulated with ``links="fair"``:
    the model they had before (every transfer at once, the conservative budget, m-SCT's
    favourite children pinned and matched), timed alternately in the same run.
 
-    python benchmarks/baechi.py [--quick]
+    python -m benchmarks.baechi [--quick]
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import dataclasses
 import datetime
 import itertools
 
-from machine import describe
-
+from benchmarks.machine import describe
 from hwmodels import Cluster, Link, RooflineCost, get_cluster, get_device
 from policies import plan
 from policies.bounds import lower_bound
@@ -182,7 +181,7 @@ def main() -> None:
     args = parser.parse_args()
     batches = (8,) if args.quick else (64, 32)
     lines = [describe(), f"date: {datetime.date.today()}",
-             "command: python benchmarks/baechi.py" + (" --quick" if args.quick else ""),
+             "command: python -m benchmarks.baechi" + (" --quick" if args.quick else ""),
              "", "Inception-v3 training on four GPUs with Baechi's links:", ""]
     lines += part_ratios(batches)
     lines += ["", "GPT-2 small Adam step on quad-v100-nvlink:", ""]

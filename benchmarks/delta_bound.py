@@ -21,7 +21,7 @@ Two ceilings per case, each the total of full evaluations over the total they wo
 prefix-reusing evaluator can do better; ``with wiring`` charges each evaluation what a
 full one spends outside its event loop (building the new plan's lists), measured here.
 
-    python benchmarks/delta_bound.py [--evals 200] [--out F]
+    python -m benchmarks.delta_bound [--evals 200] [--out F]
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import time
 from typing import Any
 
 import numpy as np
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from hwmodels import RooflineCost, get_cluster
 from policies import plan
 from policies.plans import Plan
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     lines = [f"{describe()}, {datetime.date.today()}",
-             f"command: python benchmarks/delta_bound.py --evals {args.evals}", "",
+             f"command: python -m benchmarks.delta_bound --evals {args.evals}", "",
              "| graph | ops | cluster | links | moves | median share left | ceiling, loop "
              "| loop share of a full evaluation | ceiling, with wiring |",
              "|---|---:|---|---|---:|---:|---:|---:|---:|"]

@@ -16,7 +16,7 @@ Two tables, every figure measured in this run:
    counts, readers and transfers, built in bulk by numpy); the table shows it timed with and
    without building that wiring. Best of several alternating runs.
 
-    python benchmarks/event_core.py [--sizes 10000,100000] [--devices 64] [--out F]
+    python -m benchmarks.event_core [--sizes 10000,100000] [--devices 64] [--out F]
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ import heapq
 from typing import Any
 
 import simpy
-from machine import describe, record
-from sim_speed import block_plan, switch_cluster, timed
 from simpy.events import NORMAL, Event
 
+from benchmarks.machine import describe, record
+from benchmarks.sim_speed import block_plan, switch_cluster, timed
 from hwmodels import Cluster, RooflineCost
 from policies.collectives import lower
 from sim import simulate
@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     lines = [f"{describe()}, simpy {simpy.__version__}",
              f"date: {datetime.date.today().isoformat()}",
-             f"command: python benchmarks/event_core.py --sizes {args.sizes} "
+             f"command: python -m benchmarks.event_core --sizes {args.sizes} "
              f"--devices {args.devices} --repeats {args.repeats}"]
     print("\n".join(lines), flush=True)
     lines += dispatch_table(args.repeats)

@@ -6,7 +6,7 @@ and, for reference, the NumPy
 engine's ResNet-50 forward against PyTorch (eager) and onnxruntime on the same machine with
 the same number of threads.
 
-    python benchmarks/executor_overhead.py [--repeats 5] [--out F]
+    python -m benchmarks.executor_overhead [--repeats 5] [--out F]
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from policies import plan
 from runtime import NumpyEngine, execute, make_inputs
 from runtime.kernels import kernel_for
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     threads = NumpyEngine(devices=1).threads
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python benchmarks/executor_overhead.py --repeats {args.repeats}", "",
+             f"command: python -m benchmarks.executor_overhead --repeats {args.repeats}", "",
              "### Executor against a straight-line loop of the same kernels (one device)", "",
              "| graph | ops | loop ms | executor ms | overhead us/op | overhead share |",
              "|---|---:|---:|---:|---:|---:|"]

@@ -18,7 +18,7 @@ A100-PCIe-40GB; NeuSight's own training split), then checked on what it never sa
 Each against the catalog's roofline (``roofline`` cost model, what every GPU study used
 before) and beside NeuSight's own reported error where its artifact gives one.
 
-    python benchmarks/gpu_published.py [--fit] [--quick] [--out F]
+    python -m benchmarks.gpu_published [--fit] [--quick] [--out F]
 
 ``--fit`` refits the model from ``benchmarks/data`` and rewrites
 ``hwmodels/catalog/gpu_predictor.toml`` first (deterministic: the same file each time).
@@ -34,8 +34,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from hwmodels.cost import make_cost_model
 from hwmodels.gpufit import (
     GPU_PREDICTOR_FILE,
@@ -387,7 +387,7 @@ def main() -> None:
     args = parser.parse_args()
     lines = [f"# GPU predictions against published measurements "
              f"({datetime.date.today().isoformat()})", "", describe(),
-             f"command: python benchmarks/gpu_published.py"
+             f"command: python -m benchmarks.gpu_published"
              f"{' --fit' if args.fit else ''}{' --quick' if args.quick else ''}"]
     start = time.perf_counter()
     if args.fit:

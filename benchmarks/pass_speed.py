@@ -8,7 +8,7 @@ graphs grow; ``fuse_elementwise`` rebuilt the graph after every rewrite before (
 Graphs: chains of ``linear -> relu -> add`` blocks (every relu fuses; the add reads a skip
 connection, so it fuses only after the relu has), and zoo training graphs.
 
-    python benchmarks/pass_speed.py [--sizes 1000,3000,10000,30000] [--out F]
+    python -m benchmarks.pass_speed [--sizes 1000,3000,10000,30000] [--out F]
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import gc
 import time
 from collections.abc import Callable
 
-from machine import describe, record
-
+from benchmarks.machine import describe, record
 from workloads import GraphBuilder, build_model, training_graph
 from workloads.graph import Graph
 from workloads.passes import make_pass
@@ -55,7 +54,7 @@ def main(argv: list[str] | None = None) -> str:
     graphs = [blocks(int(s)) for s in args.sizes.split(",")]
     graphs += [training_graph(build_model(m), "adam") for m in ("resnet50", "bert_base")]
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python benchmarks/pass_speed.py --sizes {args.sizes}", "",
+             f"command: python -m benchmarks.pass_speed --sizes {args.sizes}", "",
              "| graph | ops | rebuild s | " + " | ".join(f"{p} s (x rebuild)" for p in PASSES)
              + " | ops after fusion |",
              "|---|---:|---:|" + "---:|" * len(PASSES) + "---:|"]

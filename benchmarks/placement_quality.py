@@ -7,7 +7,7 @@
    the MILP's objective) and simulated with contention.
 3. Placement wall time of every heuristic on a 10k-op layered graph on 16 H100s.
 
-    python benchmarks/placement_quality.py [--part 1,2,3] [--quick] [--out FILE.md]
+    python -m benchmarks.placement_quality [--part 1,2,3] [--quick] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 import time
 
 import pandas as pd
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
@@ -115,7 +115,7 @@ def part_speed(quick: bool) -> pd.DataFrame:
 def header() -> list[str]:
     flags = " ".join(a for a in sys.argv[1:])
     return [describe(), f"date: {datetime.date.today().isoformat()}",
-            f"command: python benchmarks/placement_quality.py {flags}".rstrip(), ""]
+            f"command: python -m benchmarks.placement_quality {flags}".rstrip(), ""]
 
 
 def main(argv: list[str] | None = None) -> str:

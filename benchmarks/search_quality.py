@@ -26,7 +26,7 @@ DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy a
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
-    python benchmarks/search_quality.py [--evals 500,2000] [--parts 1,2,3,4,5] [--quick]
+    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5] [--quick]
                                         [--out F]
 """
 
@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from machine import describe, record
-from placement_quality import small_cluster
 
+from benchmarks.machine import describe, record
+from benchmarks.placement_quality import small_cluster
 from hwmodels import RooflineCost, get_cluster, list_clusters
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python benchmarks/search_quality.py --evals {args.evals} "
+             f"command: python -m benchmarks.search_quality --evals {args.evals} "
              f"--parts {args.parts}{' --quick' if args.quick else ''}"]
     if 1 in parts:
         df = part_heuristics([int(e) for e in args.evals.split(",")], args.quick)

@@ -15,7 +15,7 @@ in their own column; timings are the best of 2-3 runs.
 The end-to-end table times, once each, what a study of a million-op graph pays: building
 the graph, building the plan, simulating, and the trace as a DataFrame.
 
-    python benchmarks/sim_speed.py [--sizes 1000,10000,100000] [--devices 8,64]
+    python -m benchmarks.sim_speed [--sizes 1000,10000,100000] [--devices 8,64]
                                    [--scale 1000000] [--out F]
 """
 
@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 import simpy
-from machine import describe, record, suite_module
 
+from benchmarks.machine import describe, record, suite_module
 from hwmodels import Cluster, Link, RooflineCost, get_device
 from policies import Plan, order_by_priority
 from sim import simulate
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         f"{describe()}, simpy {simpy.__version__}",
         f"date: {datetime.date.today().isoformat()}",
-        f"command: python benchmarks/sim_speed.py --sizes {args.sizes} "
+        f"command: python -m benchmarks.sim_speed --sizes {args.sizes} "
         f"--devices {args.devices} --switched {args.switched} --scale {args.scale}", "",
         "| ops | devices | transfers | placelab s | placelab ops/s | naive s | naive ops/s "
         "| speedup | peak MiB (placelab) | graph + plan prep s | makespan equal "

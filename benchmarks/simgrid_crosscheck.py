@@ -13,7 +13,7 @@ latency. Copy engines are set unlimited on the placelab side: SimGrid has none.
 SimGrid comes from Debian (``apt-get install python3-simgrid``) and runs under the system
 Python; this script adds the project and its virtual environment to that Python's path:
 
-    /usr/bin/python3 benchmarks/simgrid_crosscheck.py [--plans 200] [--out F]
+    /usr/bin/python3 -m benchmarks.simgrid_crosscheck [--plans 200] [--out F]
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), *glob.glob(str(ROOT / ".venv/lib/python3.11/site-packages"))]
 
 import simgrid  # noqa: E402
-from machine import describe, record  # noqa: E402
-from sim_speed import round_robin, slow_switch, unlimited_copies  # noqa: E402
 
+from benchmarks.machine import describe, record  # noqa: E402
+from benchmarks.sim_speed import round_robin, slow_switch, unlimited_copies  # noqa: E402
 from hwmodels import Cluster, RooflineCost, get_cluster  # noqa: E402
 from policies import plan as make_plan  # noqa: E402
 from sim import simulate  # noqa: E402
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> str:
                 rows.append((case, *result))
     lines = [f"{describe()}, SimGrid {simgrid.simgrid_version}",
              f"date: {datetime.date.today().isoformat()}",
-             f"command: /usr/bin/python3 benchmarks/simgrid_crosscheck.py --plans {args.plans}",
+             f"command: /usr/bin/python3 -m benchmarks.simgrid_crosscheck --plans {args.plans}",
              "", *_summary(rows)]
     print("\n".join(lines))
     return record(lines, args.out)

@@ -6,7 +6,7 @@ clusters x 10 policies x 5 seeds (a seed is given to the seeded policies; every 
 distinct). Both runs go through ``experiments.Experiment`` without a results folder; each
 worker builds the graphs it needs once. The tables must agree but for wall-clock columns.
 
-    python benchmarks/sweep_speed.py [--workers 2] [--seeds 5] [--out F]
+    python -m benchmarks.sweep_speed [--workers 2] [--seeds 5] [--out F]
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import datetime
 import time
 
 import pandas as pd
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from experiments import runspec
 from experiments.runspec import WALL_COLUMNS, RunSpec, run_one
 from experiments.sweep import Experiment
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> str:
     n = len(specs)
     lines = [
         describe(), f"date: {datetime.date.today().isoformat()}",
-        f"command: python benchmarks/sweep_speed.py --workers {args.workers} "
+        f"command: python -m benchmarks.sweep_speed --workers {args.workers} "
         f"--seeds {args.seeds}", "",
         "| run | cells | wall s | cells/s | speedup |", "|---|---:|---:|---:|---:|",
         f"| serial, one process | {n:,} | {serial_s:.1f} | {n / serial_s:.1f} | 1.00x |",

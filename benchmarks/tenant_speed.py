@@ -9,7 +9,7 @@ op, a shared run should cost about what a single run does: the issue rule looks 
 queue entry per job and device, and memory checks add the jobs' use per device. Best of
 3 runs each.
 
-    python benchmarks/tenant_speed.py [--jobs 1,2,4,8] [--ops 10000] [--out F]
+    python -m benchmarks.tenant_speed [--jobs 1,2,4,8] [--ops 10000] [--out F]
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import argparse
 import datetime
 import time
 
-from machine import describe, record
-from sim_speed import block_plan, switch_cluster
-
+from benchmarks.machine import describe, record
+from benchmarks.sim_speed import block_plan, switch_cluster
 from hwmodels import RooflineCost, get_cluster
 from policies import Plan, plan
 from sim import Job, simulate, simulate_jobs
@@ -66,7 +65,7 @@ def main() -> None:
     dgx = get_cluster("dgx-a100")
     step = plan(training_graph(build_model("resnet50", batch=32), "sgd"), dgx, "heft")
     lines = [describe(), f"date: {datetime.date.today()}",
-             f"command: python benchmarks/tenant_speed.py --jobs {args.jobs} --ops {args.ops}",
+             f"command: python -m benchmarks.tenant_speed --jobs {args.jobs} --ops {args.ops}",
              "", "| plan | jobs | ops | sharing | k x simulate s | simulate_jobs s | "
              "shared run s | shared / alone | shared ops/s |",
              "|---|---:|---:|---|---:|---:|---:|---:|---:|"]

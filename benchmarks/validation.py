@@ -16,7 +16,7 @@ simulate the same plans, predicted
 ``--zoo`` adds, as a separate table, the zoo models at batch sizes between those
 calibration ran them at (their ops' signatures were measured in context: not unseen).
 
-    python benchmarks/validation.py [--engines cpu,torch] [--unseen 24] [--seed 1]
+    python -m benchmarks.validation [--engines cpu,torch] [--unseen 24] [--seed 1]
         [--repeats 5] [--min-seconds 0.3] [--rounds 3] [--zoo] [--out F]
 """
 
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from machine import describe, record
 
+from benchmarks.machine import describe, record
 from hwmodels.calibrated import CalibratedCost
 from hwmodels.profiles import ProfileStore
 from runtime.calibrate import Calibration, calibrate
@@ -175,7 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="placelab-validation-"))
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python benchmarks/validation.py --engines {args.engines} --unseen "
+             f"command: python -m benchmarks.validation --engines {args.engines} --unseen "
              f"{args.unseen} --seed {args.seed} --repeats {args.repeats} --min-seconds "
              f"{args.min_seconds:g} --rounds {args.rounds}{' --zoo' if args.zoo else ''}", ""]
     for name in args.engines.split(","):
