@@ -6,7 +6,7 @@ composed of parts chosen per run: an issue order, a link model (:mod:`sim.links`
 shared hosts, :class:`sim.hosts.HostSharing`. State lives in flat per-op arrays so that
 the hot path is a few list operations per event.
 
-Model (documented in the README and tested in ``tests/sim``):
+Model (documented in ``docs/simulator.md`` and tested in ``tests/sim``):
 
 * **Compute.** A device has ``compute_streams`` streams; an op occupies one stream for its
   cost-model time. ``order="plan"`` (default) issues each device's ops in plan order: the next

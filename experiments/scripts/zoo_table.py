@@ -1,4 +1,4 @@
-"""The model zoo's table for the README: ops, parameters, forward FLOPs and activation bytes
+"""The model zoo's table for docs/workloads.md: ops, parameters, forward FLOPs and activation bytes
 of every model at batch 1 (and its default sequence length), forward and training step.
 
     python experiments/scripts/zoo_table.py

@@ -72,7 +72,7 @@ def test_fusion_folds_chains_and_removes_the_intermediates() -> None:
 
 def test_fusion_speeds_up_resnet50_on_a_gpu() -> None:
     # Fewer launches and no round trips of intermediates through memory: same FLOPs, less
-    # time. (Numbers for the README come from this same computation.)
+    # time. (Numbers for the docs come from this same computation.)
     cluster = get_cluster("dgx-h100")
     cost = RooflineCost(cluster)
     g = build_model("resnet50", batch=32)
