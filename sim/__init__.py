@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from workloads.lazy import attach
 
 if TYPE_CHECKING:
+    from sim.delta import DeltaEvaluator
     from sim.engine import evaluator, simulate
     from sim.gantt import plot_gantt
     from sim.options import LINK_MODELS, ORDERS
@@ -26,9 +27,10 @@ _WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "resul
           "plot_gantt": "gantt", "simulate": "engine", "evaluator": "engine", "SHARING": "sharing",
           "SharingPolicy": "sharing", "make_sharing": "sharing",
           "register_sharing": "sharing", "Job": "tenants", "TenantResult": "tenants",
-          "jain_index": "tenants", "simulate_jobs": "tenants"}
+          "jain_index": "tenants", "simulate_jobs": "tenants", "DeltaEvaluator": "delta"}
 
-__all__ = ["LINK_MODELS", "ORDERS", "SHARING", "TRACE_COLUMNS", "Job", "SharingPolicy",
+__all__ = ["LINK_MODELS", "ORDERS", "SHARING", "TRACE_COLUMNS", "DeltaEvaluator", "Job",
+           "SharingPolicy",
            "SimResult", "TenantResult", "TraceColumns", "chrome_trace", "evaluator",
            "jain_index",
            "make_sharing", "plot_gantt", "register_sharing", "simulate", "simulate_jobs"]

@@ -204,6 +204,8 @@ class Simulation:
         self.t_channels = w.t_channels
         m = len(self.t_src)
         self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
+        #: per transfer, its place among transfers ending at the same time (None: its index)
+        self.t_tie: np.ndarray | None = None
 
     def _init_memory(self, w: Wiring) -> None:
         """Compose the memory part; the hot path works on its lists directly."""
@@ -233,13 +235,17 @@ class Simulation:
 
     # -- events -------------------------------------------------------------------------
 
-    def run(self) -> None:
+    def begin(self) -> None:
+        """Start what may start at time 0 (the events run with ``env``)."""
         if self.ready is not None:
             for i, pending in enumerate(self.pending):
                 if pending == 0:
                     self.ready(i)
         for d in range(len(self.devices)):
             self.try_start(d)
+
+    def run(self) -> None:
+        self.begin()
         self.env.run()
 
     def _start_op(self, op: int, d: int, stream: int) -> None:

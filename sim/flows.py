@@ -20,11 +20,12 @@ The module imports numba, so :mod:`sim.links` imports it only when a run shares 
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-__all__ = ["FlowTable", "finish_flows", "max_min_rates", "start_flow"]
+__all__ = ["FlowState", "FlowTable", "finish_flows", "max_min_rates", "start_flow"]
 
 _INF = np.inf
 # The integer array begins with a header: n flows, c channels, hops per flow (widest),
@@ -35,10 +36,22 @@ _FIXED = 8
 # Per flow (n), per channel (c), per membership (m), heap (c + m + 1), in this order.
 _FLOATS = ("remaining", "settled", "rate", "end", "new_rate", "capacity", "left",
            "heap_share")
-_INTS = ("n_hops", "active", "where", "comp", "done", "in_comp", "rated", "hops", "members",
+_INTS = ("n_hops", "active", "where", "comp", "done", "in_comp", "rated", "tie", "hops",
+         "members",
          "offset", "count", "stack", "seen_list", "rank", "by_rank", "unrated", "seen",
          "touched", "touched_list", "heap_rank")
 _Views = namedtuple("_Views", _FLOATS + _INTS + ("header",))  # type: ignore[misc]
+
+
+class FlowState(NamedTuple):
+    """A table's flows between calls (:meth:`FlowTable.active_state`), by transfer."""
+
+    active: np.ndarray
+    remaining: np.ndarray
+    settled: np.ndarray
+    rate: np.ndarray
+    end: np.ndarray
+    members: dict[int, np.ndarray]  #: per channel with flows, its flows in start order
 _HEADER = _FIXED + len(_FLOATS) + 1 + len(_INTS) + 1
 
 
@@ -46,7 +59,7 @@ def _bounds(n: int, c: int, width: int, m: int) -> tuple[np.ndarray, np.ndarray]
     """Where each float view and each integer view begins and ends, in its array."""
     heap = c + m + 1
     floats = [n] * 5 + [c] * 2 + [heap]
-    ints = [n] * 7 + [n * width, m] + [c] * 10 + [heap]
+    ints = [n] * 8 + [n * width, m] + [c] * 10 + [heap]
     return (np.cumsum([0, *floats]), _HEADER + np.cumsum([0, *ints]))
 
 
@@ -56,7 +69,8 @@ class FlowTable:
     Flow ``k`` crosses the channels ``routes[route_of[k]]`` (``routes[k]`` without
     ``route_of``), as indices into ``capacity`` (bytes per second). ``scan_up_to`` is the
     number of channels up to which a filling finds each bottleneck by a scan rather than a
-    heap (the same channel either way; a scan is faster for a few hundred). :meth:`start`
+    heap (the same channel either way; a scan is faster for a few hundred). Flows ending at
+    the same time end in the order of ``tie`` (their index without it). :meth:`start`
     begins a flow and :meth:`finish` ends the flows due; both re-rate what the change touches
     and return the earliest foreseen end (infinity when none). ``rate`` (bytes per second,
     by transfer) is a view of the current rates.
@@ -69,7 +83,8 @@ class FlowTable:
     """
 
     def __init__(self, routes: list[list[int]], capacity: list[float], *,
-                 route_of: np.ndarray | None = None, scan_up_to: int = 256) -> None:
+                 route_of: np.ndarray | None = None, scan_up_to: int = 256,
+                 tie: np.ndarray | None = None) -> None:
         width = max(1, max(map(len, routes), default=1))
         table = np.full((len(routes), width), -1, dtype=np.int64)
         for r, route in enumerate(routes):
@@ -91,6 +106,7 @@ class FlowTable:
         view["rank"][:] = -1
         view["n_hops"][:] = n_hops
         view["hops"][:] = flat.ravel()
+        view["tie"][:] = np.arange(n) if tie is None else tie
         # Each channel's active flows, in the order they started, in a segment of its own
         # as long as the number of transfers that ever cross it.
         view["offset"][:] = np.cumsum(use) - use
@@ -99,6 +115,38 @@ class FlowTable:
     def _view(self, floats: np.ndarray, ints: np.ndarray) -> dict[str, np.ndarray]:
         out = {name: self.floats[floats[i]:floats[i + 1]] for i, name in enumerate(_FLOATS)}
         return out | {name: self.ints[ints[i]:ints[i + 1]] for i, name in enumerate(_INTS)}
+
+    def views(self) -> dict[str, np.ndarray]:
+        """The named views of the table's arrays (the boundaries its header holds)."""
+        k = len(_FLOATS) + 1
+        return self._view(self.ints[_FIXED:_FIXED + k], self.ints[_FIXED + k:_HEADER])
+
+    def active_state(self) -> FlowState:
+        """What outlives a call (everything else is scratch, reset before each returns):
+        the active flows in their order with their bytes, rates and ends, and each channel's
+        flows in the order they started."""
+        v = self.views()
+        active = v["active"][:self.ints[4]].copy()
+        channels = np.flatnonzero(v["count"])
+        return FlowState(active, v["remaining"][active].copy(), v["settled"][active].copy(),
+                         v["rate"][active].copy(), v["end"][active].copy(),
+                         {int(c): v["members"][v["offset"][c]:v["offset"][c] + v["count"][c]]
+                          .copy() for c in channels})
+
+    def restore(self, state: FlowState, channel: np.ndarray) -> None:
+        """Take on ``state`` (another table's :meth:`active_state`, for flows that cross
+        the same channels here), its channel ``c`` being this table's ``channel[c]``."""
+        v = self.views()
+        active = state.active
+        self.ints[4] = len(active)
+        v["active"][:len(active)] = active
+        v["where"][active] = np.arange(len(active))
+        v["remaining"][active], v["settled"][active] = state.remaining, state.settled
+        v["rate"][active], v["end"][active] = state.rate, state.end
+        for c, members in state.members.items():
+            here = channel[c]
+            v["count"][here] = len(members)
+            v["members"][v["offset"][here]:v["offset"][here] + len(members)] = members
 
     def start(self, k: int, volume: float, now: float) -> tuple[float, bool]:
         """Flow ``k`` starts with ``volume`` bytes: re-rate its component. Returns the
@@ -152,9 +200,10 @@ def _views(floats, ints):
         f[a[0]:a[1]], f[a[1]:a[2]], f[a[2]:a[3]], f[a[3]:a[4]], f[a[4]:a[5]], f[a[5]:a[6]],
         f[a[6]:a[7]], f[a[7]:a[8]],
         i[b[0]:b[1]], i[b[1]:b[2]], i[b[2]:b[3]], i[b[3]:b[4]], i[b[4]:b[5]], i[b[5]:b[6]],
-        i[b[6]:b[7]], i[b[7]:b[8]].reshape((n, width)), i[b[8]:b[9]], i[b[9]:b[10]],
+        i[b[6]:b[7]], i[b[7]:b[8]], i[b[8]:b[9]].reshape((n, width)), i[b[9]:b[10]],
         i[b[10]:b[11]], i[b[11]:b[12]], i[b[12]:b[13]], i[b[13]:b[14]], i[b[14]:b[15]],
         i[b[15]:b[16]], i[b[16]:b[17]], i[b[17]:b[18]], i[b[18]:b[19]], i[b[19]:b[20]],
+        i[b[20]:b[21]],
         ints[:_HEADER])
 
 
@@ -208,10 +257,12 @@ def finish_flows(now, floats, ints):
         if end[k] <= limit:
             done[n] = k
             n += 1
-    for i in range(1, n):  # by (end, index): few at a time
+    tie = v.tie
+    for i in range(1, n):  # by (end, tie): few at a time
         k = done[i]
         j = i - 1
-        while j >= 0 and (end[done[j]] > end[k] or (end[done[j]] == end[k] and done[j] > k)):
+        while j >= 0 and (end[done[j]] > end[k] or (end[done[j]] == end[k]
+                                                      and tie[done[j]] > tie[k])):
             done[j + 1] = done[j]
             j -= 1
         done[j + 1] = k

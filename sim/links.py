@@ -137,7 +137,8 @@ class FairSharing(LinkModel):
         self.f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
                                                duration).tolist()
         self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
-        self.flows = FlowTable(routes, capacity, route_of=route_of)
+        self.flows = FlowTable(routes, capacity, route_of=route_of, tie=run.t_tie)
+        self.channels = list(channels)  # by index: what a restored run maps its flows by
         # The compiled calls and their arrays, bound once: each transfer calls both.
         self.floats, self.ints = self.flows.floats, self.flows.ints
         self.start_flow, self.finish_flows = start_flow, finish_flows

@@ -1,0 +1,122 @@
+"""Delta simulation (sim.delta): nothing a move changes happens before the time
+``divergence`` names (checked on full simulations of both plans), and the evaluator that
+restores a snapshot from before that time gives every plan the full simulation's makespan."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
+from policies import Plan, order_by_priority, plan
+from sim import evaluator, simulate
+from sim.delta import DeltaEvaluator, divergence
+from tests.helpers import FixedCost
+from tests.sim.test_flows import instances
+from workloads import build_model, training_graph
+
+
+def moved(p: Plan, rng: np.random.Generator, devices: tuple[str, ...]) -> Plan:
+    """``p`` with one op on another device, or two ops' devices swapped; each device's
+    order drawn again from the graph's priorities."""
+    names = list(p.graph.names)
+    placement = dict(p.placement)
+    a = names[int(rng.integers(len(names)))]
+    if rng.random() < 0.3:
+        b = names[int(rng.integers(len(names)))]
+        placement[a], placement[b] = placement[b], placement[a]
+    else:
+        placement[a] = devices[int(rng.integers(len(devices)))]
+    return Plan(p.graph, placement, order_by_priority(p.graph, placement))
+
+
+def score(p: Plan, cluster: Cluster, cost: object, links: str) -> float:
+    result = simulate(p, cluster, cost, links=links)  # type: ignore[arg-type]
+    return result.makespan_s if result.feasible else math.inf
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "fair", "none"]), st.integers(0, 2**32 - 1))
+def test_nothing_differs_before_the_divergence(instance, links: str, seed: int) -> None:  # type: ignore[no-untyped-def]
+    p, cluster, cost = instance
+    q = moved(p, np.random.default_rng(seed), cluster.device_names)
+    old, new = (simulate(x, cluster, cost, links=links).columns for x in (p, q))
+    when = divergence(p, q, old.op_start, old.op_end)
+    early = old.op_start < when
+    assert np.array_equal(new.op_start[early], old.op_start[early])
+    assert np.array_equal(new.op_end[early], old.op_end[early])
+    before = {n: (s, e) for n, s, e in zip(old.transfer_names, old.transfer_start,
+                                           old.transfer_end, strict=True) if s < when}
+    after = dict(zip(new.transfer_names, zip(new.transfer_start, new.transfer_end,
+                                             strict=True), strict=True))
+    assert all(after.get(n) == times for n, times in before.items())
+
+
+@settings(max_examples=40, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "fair", "none"]), st.integers(0, 2**32 - 1))
+def test_every_move_scores_as_the_full_simulation(instance, links: str, seed: int) -> None:  # type: ignore[no-untyped-def]
+    p, cluster, cost = instance
+    rng = np.random.default_rng(seed)
+    evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=8, keep=2)
+    for _ in range(12):
+        assert evaluate(p) == score(p, cluster, cost, links)
+        p = moved(p, rng, cluster.device_names)
+
+
+@pytest.mark.parametrize("links", ["fcfs", "fair", "none"])
+def test_a_search_with_it_is_the_same_search_and_skips_events(links: str) -> None:
+    c = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(c)
+    step = training_graph(build_model("resnet50", batch=8), "adam")
+    fast = DeltaEvaluator(c, cost, links=links)
+    spec = "mcmc:evals=60,start=heft,seed=1"
+    ours = plan(step, c, spec, cost, evaluate=fast)
+    theirs = plan(step, c, spec, cost, evaluate=evaluator(c, cost, links=links))
+    assert ours.placement == theirs.placement and ours.info["score_s"] == theirs.info["score_s"]
+    assert fast.stats["restored"] > 0 and fast.stats["events_saved"] > 0
+
+
+def test_parameters_moved_onto_a_full_device_are_out_of_memory() -> None:
+    # Two devices of 10 MB; op "w" holds 6 MB of parameters. Moving it next to the 6 MB of
+    # "v" overflows from time 0, which a snapshot taken later must not hide.
+    devices = tuple(Device(f"d{i}", "gpu", {"fp32": 1e12}, 10_000_000, 1e11)
+                    for i in range(2))
+    cluster = Cluster("pair", devices, (Link("d0", "d1", 1e9, 0.0),))
+    from workloads import Op, Tensor
+    from workloads.graph import Graph
+
+    ops = [Op(f"o{i}", "synthetic", "matmul", inputs=(f"o{i - 1}",) if i else (),
+              outputs=(Tensor(f"o{i}", (1000,)),)) for i in range(30)]
+    ops.append(Op("v", "synthetic", "matmul", inputs=("o29",), outputs=(Tensor("v", (10,)),),
+                  param_bytes=6_000_000))
+    ops.append(Op("w", "synthetic", "matmul", inputs=("v",), outputs=(Tensor("w", (10,)),),
+                  param_bytes=6_000_000))
+    graph = Graph("params", ops)
+    cost = FixedCost(cluster, default=1e-3)
+    fits = {o.name: "d0" for o in ops} | {"w": "d1"}
+    evaluate = DeltaEvaluator(cluster, cost, snapshots=8)
+    p = Plan(graph, fits, order_by_priority(graph, fits))
+    assert evaluate(p) == score(p, cluster, cost, "fcfs") < math.inf
+    over = fits | {"w": "d0"}
+    q = Plan(graph, over, order_by_priority(graph, over))
+    assert evaluate(q) == math.inf == score(q, cluster, cost, "fcfs")
+    assert evaluate.stats["restored"] == 1  # restored, then refused by its memory
+
+
+def test_what_it_does_not_cover_is_simulated_in_full() -> None:
+    c = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(c)
+    graph = build_model("mlp", batch=8)
+    p = plan(graph, c, "heft", cost)
+    by_priority = DeltaEvaluator(c, cost, order="priority")
+    assert by_priority(p) == simulate(p, c, cost, order="priority").makespan_s
+    assert by_priority.stats["restored"] == 0
+    from policies.data_parallel import data_parallel
+
+    dp = data_parallel(graph, c, cost, replicas=4)  # a collective: lowered, in full
+    evaluate = DeltaEvaluator(c, cost)
+    assert evaluate(dp) == simulate(dp, c, cost).makespan_s
