@@ -94,21 +94,21 @@ def check_outputs(args: argparse.Namespace) -> None:
 def _registries() -> dict[str, Any]:
     """The plug-in registries ``placelab list`` shows with their parameters."""
     from policies.base import POLICIES
+    from runtime.engine import ENGINES
+    from sim.options import LINK_REGISTRY, ORDER_REGISTRY
     from sim.sharing import SHARING
     from workloads.passes import PASSES
 
-    return {"policies": POLICIES, "sharing": SHARING, "passes": PASSES}
+    return {"policies": POLICIES, "sharing": SHARING, "passes": PASSES, "engines": ENGINES,
+            "link-models": LINK_REGISTRY, "issue-orders": ORDER_REGISTRY}
 
 
 def _plain_registries() -> dict[str, Any]:
-    """The plug-in registries ``placelab list`` shows by name only (their members declare
-    no parameters)."""
+    """The plug-in registries ``placelab list`` shows by name only (a cost model is made
+    for a cluster, from a file where it reads one, and declares no parameters)."""
     from hwmodels.cost import COST_MODELS
-    from runtime.engine import ENGINES
-    from sim.options import LINK_REGISTRY, ORDER_REGISTRY
 
-    return {"engines": ENGINES, "link-models": LINK_REGISTRY, "issue-orders": ORDER_REGISTRY,
-            "cost-models": COST_MODELS}
+    return {"cost-models": COST_MODELS}
 
 
 def cmd_list(args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from hwmodels.registry import get_device
 from hwmodels.spec import Cluster, Link
 from runtime.engine import Engine, EngineUnavailable
+from workloads.params import Param
 
 __all__ = ["CupyEngine", "cupy_unavailable"]
 
@@ -38,7 +39,11 @@ class CupyEngine(Engine):
 
     name = "gpu"
 
+    params = (Param("devices", "int", None, minimum=1, optional=True,
+                    doc="the first GPUs of this machine (default: every GPU present)"),)
+
     def __init__(self, devices: int | None = None) -> None:
+        self.requested = self.checked("devices", devices)
         reason = cupy_unavailable()
         if reason:
             raise EngineUnavailable(f"engine 'gpu': {reason}")

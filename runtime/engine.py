@@ -25,6 +25,8 @@ import numpy as np
 from hwmodels.registry import get_device
 from hwmodels.spec import Cluster, Device, Link
 from workloads.errors import PlacelabError
+from workloads.params import Param
+from workloads.plugin import Plugin
 from workloads.registry import Registry
 
 if TYPE_CHECKING:
@@ -40,10 +42,29 @@ class EngineUnavailable(PlacelabError):
     """An engine cannot run here (its library or its hardware is missing)."""
 
 
-class Engine(ABC):
-    """What the executor needs of the hardware: devices, arrays on them, copies, time."""
+class Engine(Plugin, ABC):
+    """What the executor needs of the hardware: devices, arrays on them, copies, time.
+
+    A plug-in (:class:`workloads.plugin.Plugin`): its constructor's keyword parameters are
+    declared in ``params`` (``placelab list engines --params``), so ``ENGINES.make("cpu:
+    devices=2")`` builds one and ``repr``, ``get_params`` and ``clone`` show and rebuild it.
+    """
 
     name: ClassVar[str] = ""
+    family = "engine"
+    error = PlacelabError
+    #: how many logical devices it has, and how many it was asked for (its ``devices``
+    #: parameter; None: as many as the machine has)
+    count: int
+    requested: int | None
+
+    def get_params(self) -> dict[str, Any]:
+        """The declared parameters; ``devices`` is the count asked for (the property of
+        that name lists the devices' names)."""
+        values = super().get_params()
+        if "devices" in values:
+            values["devices"] = self.requested
+        return values
 
     @property
     @abstractmethod
@@ -89,7 +110,7 @@ class Engine(ABC):
         check_trainable(graph, op)
         return bind(graph, op)
 
-    def synchronize(self, device: str) -> None:  # noqa: B027  (an optional hook)
+    def synchronize(self, device: str) -> None:
         """Wait until ``device`` has finished what was issued to it (a no-op on CPUs)."""
 
     @contextlib.contextmanager
@@ -143,15 +164,19 @@ class NumpyEngine(Engine):
     """
 
     name = "cpu"
+    params = (Param("devices", "int", 1, minimum=1, doc="logical CPU devices"),
+              Param("calibration", "str", None, optional=True,
+                    doc="a calibration file whose devices and links this engine takes"),
+              Param("hugepages", "bool", False,
+                    doc="let NumPy ask for huge pages while a plan runs"))
 
-    def __init__(self, devices: int = 1, *, dtype: str = "fp32",
-                 calibration: str | Path | None = None, hugepages: bool = False) -> None:
-        if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-            raise PlacelabError(f"engine 'cpu': devices must be an int >= 1, got {devices!r}")
-        self.count = devices
-        self.hugepages = hugepages
+    def __init__(self, devices: int = 1, *, calibration: str | Path | None = None,
+                 hugepages: bool = False) -> None:
+        self.requested = self.count = self.checked("devices", devices)
+        self.hugepages: bool = self.checked("hugepages", hugepages)
         self.threads = max(1, _cores() // devices)
-        self.calibration = calibration
+        self.calibration = self.checked("calibration",
+                                        None if calibration is None else str(calibration))
 
     @property
     def devices(self) -> tuple[str, ...]:

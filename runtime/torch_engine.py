@@ -31,7 +31,7 @@ import numpy as np
 
 from hwmodels.spec import Cluster, Link
 from runtime.engine import Engine, EngineUnavailable, _cores, calibrated_cluster, host_cluster
-from workloads.errors import PlacelabError
+from workloads.params import Param
 
 if TYPE_CHECKING:
     from runtime.training import Call
@@ -87,20 +87,21 @@ class TorchEngine(Engine):
         chosen = TorchCudaEngine if cls is TorchEngine and device == "cuda" else cls
         return super().__new__(chosen)
 
+    params = (Param("devices", "int", 1, minimum=1, doc="logical devices"),
+              Param("device", "str", "cpu", choices=("cpu", "cuda"),
+                    doc="where PyTorch computes"),
+              Param("calibration", "str", None, optional=True,
+                    doc="a calibration file whose devices and links this engine takes"))
+
     def __init__(self, devices: int = 1, *, device: str = "cpu",
                  calibration: str | Path | None = None) -> None:
-        if not isinstance(devices, int) or isinstance(devices, bool) or devices < 1:
-            raise PlacelabError(f"engine {self.name!r}: devices must be an int >= 1, got "
-                                f"{devices!r}")
-        if device not in ("cpu", "cuda"):
-            raise PlacelabError(f"engine {self.name!r}: device must be 'cpu' or 'cuda', got "
-                                f"{device!r}")
+        self.requested = self.count = self.checked("devices", devices)
+        self.device: str = self.checked("device", device)
         reason = torch_unavailable(device)
         if reason:
             raise EngineUnavailable(f"engine {self.name!r}: {reason}")
-        self.count = devices
-        self.device = device
-        self.calibration = calibration
+        self.calibration = self.checked("calibration",
+                                        None if calibration is None else str(calibration))
         self.threads = max(1, _cores() // devices)
 
     @property
@@ -191,10 +192,14 @@ class TorchCudaEngine(TorchEngine):
     name = "torch-cuda"
     model = "gpu-torch"
 
+    params = (Param("devices", "int", 1, minimum=1, doc="GPUs"),
+              Param("device", "str", "cuda", choices=("cuda",), doc="where PyTorch computes"),
+              Param("calibration", "str", None, optional=True,
+                    doc="a calibration file whose devices and links this engine takes"))
+
     def __init__(self, devices: int = 1, *, device: str = "cuda",
                  calibration: str | Path | None = None) -> None:
-        if device != "cuda":
-            raise PlacelabError(f"engine {self.name!r}: device must be 'cuda', got {device!r}")
+        self.checked("device", device)
         super().__init__(devices, device="cuda", calibration=calibration)
         import torch
 

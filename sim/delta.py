@@ -44,7 +44,8 @@ from workloads.collect import gc_paused
 
 __all__ = ["DeltaEvaluator", "divergence"]
 
-_LINKS = {"fcfs": FirstComeFirstServed, "fair": FairSharing, "none": NoContention}
+#: The link models whose state a snapshot knows how to carry.
+_LINKS = (FirstComeFirstServed, FairSharing, NoContention)
 
 
 def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> float:
@@ -159,8 +160,8 @@ class DeltaEvaluator:
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
         self.n_snapshots, self.keep = max(1, snapshots), max(1, keep)
         self.devices = tuple(cluster.device_names)
-        self.delta = (order == "plan" and links in _LINKS
-                      and LINK_REGISTRY.get(links) is _LINKS[links]
+        self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
+        self.delta = (order == "plan" and type(self.part) in _LINKS
                       and shared_hosts(cluster) is None)
         # every (tensor, device) transfer seen, sorted, and its slot
         self.known = np.zeros(0, np.int64)
@@ -189,7 +190,7 @@ class DeltaEvaluator:
         base = self._latest_before(plan)
         run = Simulation(w, self.cluster, self.devices, plan)
         run.t_tie = tie
-        run.compose(PlanOrder, _LINKS[self.links])
+        run.compose(PlanOrder, self.part.clone())
         snapshots: list[_Snapshot] = []
         if base is None:
             run.begin()

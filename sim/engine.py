@@ -36,7 +36,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -52,23 +52,33 @@ from sim.result import SimResult, TraceColumns
 from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
+from workloads.plugin import Plugin
+
+if TYPE_CHECKING:
+    from sim.links import LinkModel
 
 __all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "evaluator",
            "simulate"]
 
 
-class IssueOrder(ABC):
+class IssueOrder(Plugin, ABC):
     """How a device picks its next op: one part of a :class:`Simulation`.
 
+    A part is made from its declared parameters alone (:class:`workloads.plugin.Plugin`;
+    ``ORDER_REGISTRY.make("name:key=value")``) and bound to one run by :meth:`attach`.
     :meth:`try_start` is the whole interface: start what may start on device ``d`` (called
     whenever a stream frees or an op there becomes ready). :attr:`ready`, where not None, is
     told of each op once all its inputs are on its device.
     """
 
     name: ClassVar[str] = ""
+    family = "issue order"
+    error = PlacementError
     ready: Callable[[int], None] | None = None
+    run: Simulation
 
-    def __init__(self, run: Simulation) -> None:
+    def attach(self, run: Simulation) -> None:
+        """Bind to ``run`` before it begins (a part serves one run)."""
         self.run = run
 
     @abstractmethod
@@ -97,8 +107,8 @@ class PriorityOrder(IssueOrder):
 
     name = "priority"
 
-    def __init__(self, run: Simulation) -> None:
-        super().__init__(run)
+    def attach(self, run: Simulation) -> None:
+        super().attach(run)
         plan = run.plan
         if plan is None or not plan.priority:
             raise PlacementError(f"simulate: order 'priority' needs op priorities in the "
@@ -155,18 +165,21 @@ class Simulation:
         self.ready: Callable[[int], None] | None = None
         self._inline_plan_order = False
 
-    def compose(self, order: type[IssueOrder], links: type[Any],
+    def compose(self, order: IssueOrder | type[IssueOrder], links: LinkModel | type[LinkModel],
                 hosts: tuple[list[int], list[float], list[int] | None] | None = None
                 ) -> Simulation:
-        """Bind the parts: an issue order, a link model and, where devices share a host,
-        their hosts (per device index its host, per host its slowdown, per device index
-        the physical device it is a view of)."""
-        self.issue = order(self)
+        """Bind the parts (each made, or its class made without parameters): an issue
+        order, a link model and, where devices share a host, their hosts (per device index
+        its host, per host its slowdown, per device index the physical device it is a view
+        of)."""
+        self.issue = order() if isinstance(order, type) else order
+        self.issue.attach(self)
         self.ready = self.issue.ready
         self.try_start = self.issue.try_start
         # plan order is short enough to run inline at each op's end (half the events)
         self._inline_plan_order = type(self.issue) is PlanOrder
-        self.links = links(self)
+        self.links = links() if isinstance(links, type) else links
+        self.links.attach(self)
         self.start_transfer: Callable[[int], None] = self.links.start
         if hosts is not None:
             self.hosts = HostSharing(self, *hosts)
@@ -386,7 +399,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     hosts = shared_hosts(cluster)
     with gc_paused():
         run = Simulation(wire(plan, cluster, cost), cluster, cluster.device_names, plan)
-        run.compose(ORDER_REGISTRY.get(order), LINK_REGISTRY.get(links),
+        run.compose(ORDER_REGISTRY.make(order), LINK_REGISTRY.make(links),
                     None if hosts is None else (*hosts, None))
         run.run()
         result = run.result(job)

@@ -27,20 +27,31 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from workloads.errors import PlacementError
+from workloads.params import Param
+from workloads.plugin import Plugin
+
 if TYPE_CHECKING:
     from sim.engine import Simulation
 
 __all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention"]
 
 
-class LinkModel(ABC):
-    """How transfers share copy engines and links. :meth:`start` is the whole interface:
-    charge the receiver (``run.receive``), record the transfer's start, end and engine
-    (``run.t_start``, ``t_end``, ``t_engine``) and call ``run.finish_transfer`` at its end."""
+class LinkModel(Plugin, ABC):
+    """How transfers share copy engines and links, one part of a run: made from its declared
+    parameters alone (:class:`workloads.plugin.Plugin`; ``LINK_REGISTRY.make("fair")``) and
+    bound to one run by :meth:`attach`. :meth:`start` is the whole interface: charge the
+    receiver (``run.receive``), record the transfer's start, end and engine (``run.t_start``,
+    ``t_end``, ``t_engine``) and call ``run.finish_transfer`` at its end.
+    :mod:`sim.testing` is the suite every link model must pass."""
 
     name: ClassVar[str] = ""
+    family = "link model"
+    error = PlacementError
+    run: Simulation
 
-    def __init__(self, run: Simulation) -> None:
+    def attach(self, run: Simulation) -> None:
+        """Bind to ``run`` before it begins (a part serves one run)."""
         self.run = run
 
     @abstractmethod
@@ -54,8 +65,8 @@ class FirstComeFirstServed(LinkModel):
 
     name = "fcfs"
 
-    def __init__(self, run: Simulation) -> None:
-        super().__init__(run)
+    def attach(self, run: Simulation) -> None:
+        super().attach(run)
         self.link_free: dict[str, float] = {}
 
     def start(self, k: int) -> None:
@@ -107,12 +118,18 @@ class FairSharing(LinkModel):
     """
 
     name = "fair"
+    params = (Param("scan_up_to", "int", 256, minimum=1,
+                    doc="open channels up to which each bottleneck is found by a scan "
+                        "rather than a heap (the same channel either way: speed only)"),)
 
-    def __init__(self, run: Simulation) -> None:
+    def __init__(self, scan_up_to: int = 256) -> None:
+        self.scan_up_to: int = self.checked("scan_up_to", scan_up_to)
+
+    def attach(self, run: Simulation) -> None:
         # numba: paid only by runs that share links fairly
         from sim.flows import FlowTable, finish_flows, start_flow
 
-        super().__init__(run)
+        super().attach(run)
         self.env = run.env
         pairs = np.column_stack([np.asarray(run.t_src, dtype=np.int64),
                                  np.asarray(run.t_dst, dtype=np.int64)]).reshape(-1, 2)
@@ -137,7 +154,8 @@ class FairSharing(LinkModel):
         self.f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
                                                duration).tolist()
         self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
-        self.flows = FlowTable(routes, capacity, route_of=route_of, tie=run.t_tie)
+        self.flows = FlowTable(routes, capacity, route_of=route_of, tie=run.t_tie,
+                               scan_up_to=self.scan_up_to)
         self.channels = list(channels)  # by index: what a restored run maps its flows by
         # The compiled calls and their arrays, bound once: each transfer calls both.
         self.floats, self.ints = self.flows.floats, self.flows.ints

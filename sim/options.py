@@ -43,13 +43,14 @@ def choices(registry: Registry[Any], builtins: tuple[str, ...]) -> str:
 
 def require(value: str, registry: Registry[Any], builtins: tuple[str, ...], where: str,
             what: str) -> None:
-    """Refuse a name ``registry`` does not hold, listing those it does.
+    """Refuse a name ``registry`` does not hold, listing those it does (``value`` may be a
+    spec, ``name:key=value,...``, whose parameters its member checks).
 
     >>> require("lifo", ORDER_REGISTRY, ORDERS, "simulate", "order")
     Traceback (most recent call last):
     ...
     workloads.errors.PlacementError: simulate: order must be one of plan, priority, got 'lifo'
     """
-    if value not in registry:
+    if value.partition(":")[0] not in registry:
         raise PlacementError(f"{where}: {what} must be one of {choices(registry, builtins)}, "
                              f"got {value!r}")

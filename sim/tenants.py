@@ -271,7 +271,7 @@ class SharedRun(Simulation):
 
     # -- jobs arrive, begin, end --------------------------------------------------------
 
-    def compose(self, order: type[IssueOrder], links: type[Any],
+    def compose(self, order: IssueOrder | type[IssueOrder], links: Any,
                 hosts: tuple[list[int], list[float], list[int] | None] | None = None
                 ) -> SharedRun:
         super().compose(order, links, hosts)
@@ -446,10 +446,10 @@ class SharedOrder(IssueOrder):
     name = "shared"
     run: SharedRun
 
-    def __init__(self, run: Simulation) -> None:
+    def attach(self, run: Simulation) -> None:
         if not isinstance(run, SharedRun):
             raise TypeError(f"SharedOrder: expected a SharedRun, got {type(run).__name__}")
-        super().__init__(run)
+        super().attach(run)
         self.ready = self._ready
 
     def _ready(self, op: int) -> None:
@@ -509,7 +509,7 @@ def simulate_jobs(jobs: Sequence[Job | Plan], cluster: Cluster, cost: CostModel,
     views = range(n * len(named))
     with gc_paused():
         run = SharedRun(named, [wire(j.plan, cluster, cost) for j in named], cluster, policy)
-        run.compose(SharedOrder, LINK_REGISTRY.get(links),
+        run.compose(SharedOrder, LINK_REGISTRY.make(links),
                     None if hosts is None else
                     ([hosts[0][v % n] for v in views], hosts[1], [v % n for v in views]))
         run.run()

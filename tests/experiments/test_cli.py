@@ -257,10 +257,16 @@ def test_list_shows_engines_link_models_issue_orders_and_cost_models(capsys) -> 
         assert main(["list", what, "--json"]) == 0
         listed = json.loads(capsys.readouterr().out)[what]
         assert names <= set(listed) and listed == registries[what].names()
-    assert main(["list", "engines", "--params"]) == 2
+    assert main(["list", "engines", "--params", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert [p["name"] for p in params["cpu"]] == ["devices", "calibration", "hugepages"]
+    assert main(["list", "link-models", "--params", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert params["fcfs"] == [] and params["fair"][0]["name"] == "scan_up_to"
+    assert main(["list", "cost-models", "--params"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "placelab: error: list engines: --params lists the parameters of policies, sharing, "
-        "passes; engines have none")
+        "placelab: error: list cost-models: --params lists the parameters of policies, "
+        "sharing, passes, engines, link-models, issue-orders; cost-models have none")
 
 
 def test_simulate_pipelines_a_training_step(capsys) -> None:

@@ -278,7 +278,7 @@ def test_a_backward_of_an_op_no_kernel_runs_is_refused_in_one_line() -> None:
     ({"devices": 0}, PlacelabError, r"engine 'torch': devices must be an int >= 1, got 0"),
     ({"devices": True}, PlacelabError, r"engine 'torch': devices must be an int >= 1, got True"),
     ({"device": "tpu"}, PlacelabError,
-     r"engine 'torch': device must be 'cpu' or 'cuda', got 'tpu'"),
+     r"engine 'torch': device must be one of cpu, cuda, got 'tpu'"),
 ])
 def test_bad_arguments_are_refused(kwargs, error, message) -> None:
     with pytest.raises(error, match=f"^{message}$"):

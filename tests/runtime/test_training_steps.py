@@ -122,7 +122,7 @@ def _torch_steps(forward: Graph, inputs: Mapping[str, np.ndarray], labels: np.nd
 
 
 def _run(step: Graph, policy: str, devices: int, steps: int) -> dict[str, np.ndarray]:
-    engine = NumpyEngine(devices=devices, dtype="fp64")
+    engine = NumpyEngine(devices=devices)
     return execute(plan(step, engine.cluster(), policy), engine, warmup=0,
                    repeats=steps).parameters
 
@@ -166,7 +166,7 @@ def test_weights_travelling_between_devices_change_nothing() -> None:
     # across devices; the step must equal the one-device step exactly.
     forward = MODELS["lenet5"]()
     step = training_graph(forward, "adam", colocate="none")
-    engine = NumpyEngine(devices=3, dtype="fp64")
+    engine = NumpyEngine(devices=3)
     spread = plan(step, engine.cluster(), "random:seed=4")
     assert any(t.tensor.endswith(".weights") for t in spread.transfers)
     ours = execute(spread, engine, warmup=0, repeats=1).parameters
@@ -178,7 +178,7 @@ def test_weights_travelling_between_devices_change_nothing() -> None:
 def test_training_memory_holds_weights_state_and_saved_activations() -> None:
     forward = MODELS["mlp"]()
     step = training_graph(forward, "adam")
-    engine = NumpyEngine(devices=1, dtype="fp64")
+    engine = NumpyEngine(devices=1)
     result = execute(plan(step, engine.cluster(), "single_device"), engine, warmup=0,
                      repeats=1)
     weights = 8 * forward.params
@@ -191,7 +191,7 @@ def test_a_kind_without_a_backward_kernel_is_refused_before_running() -> None:
     from workloads import PlacelabError
 
     step = training_graph(build_model("lstm", batch=1, seq_len=2, dtype="fp64"))
-    engine = NumpyEngine(devices=1, dtype="fp64")
+    engine = NumpyEngine(devices=1)
     with pytest.raises(PlacelabError, match="kind 'lstm_cell' has no backward kernel; "
                                             "kinds with one: add, avg_pool2d, batchnorm"):
         execute(plan(step, engine.cluster(), "single_device"), engine)

@@ -24,8 +24,8 @@ class ReferenceFairSharing(FairSharing):
 
     name = "fair_reference"
 
-    def __init__(self, run: Simulation) -> None:
-        super().__init__(run)
+    def attach(self, run: Simulation) -> None:
+        super().attach(run)
         self.t_channels = run.t_channels
         routes: dict[tuple[int, int], tuple[float, float]] = {}
         self.channel_capacity: dict[str, float] = {}

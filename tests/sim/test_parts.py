@@ -74,8 +74,8 @@ class LastReadyFirst(IssueOrder):
 
     name = "last_ready_first"
 
-    def __init__(self, run: Simulation) -> None:
-        super().__init__(run)
+    def attach(self, run: Simulation) -> None:
+        super().attach(run)
         self.stacks: list[list[int]] = [[] for _ in run.devices]
         self.ready = lambda op: self.stacks[run.op_dev[op]].append(op)
 

@@ -1,0 +1,31 @@
+"""Engines are plug-ins like every other family: made from a spec, their parameters
+declared, shown, checked and cloned the same way."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.engine import ENGINES, NumpyEngine, make_engine
+from workloads.errors import PlacelabError
+
+
+def test_an_engine_is_made_from_its_spec_and_cloned() -> None:
+    engine = ENGINES.make("cpu:devices=2,hugepages=true")
+    assert isinstance(engine, NumpyEngine) and engine.devices == ("cpu0", "cpu1")
+    assert engine.get_params() == {"devices": 2, "calibration": None, "hugepages": True}
+    assert repr(engine) == "NumpyEngine(devices=2, calibration=None, hugepages=True)"
+    twin = engine.clone()
+    assert twin is not engine and twin.get_params() == engine.get_params()
+    assert make_engine("cpu", 3).get_params()["devices"] == 3
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("cpu:devices=0", "engine 'cpu': devices must be an int >= 1, got 0"),
+    ("cpu:hugepages=maybe", "engine 'cpu': hugepages must be true or false, got 'maybe'"),
+    ("cpu:threads=2", "engine 'cpu': expected parameters key=value with keys among devices, "
+                      "calibration, hugepages, got 'threads=2'"),
+])
+def test_a_bad_parameter_is_one_line(spec: str, message: str) -> None:
+    with pytest.raises(PlacelabError) as caught:
+        ENGINES.make(spec)
+    assert str(caught.value) == message
