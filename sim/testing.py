@@ -1,5 +1,5 @@
-"""The conformance suites every link model and every issue order must pass, built-in or
-third-party.
+"""The conformance suites every link model, issue order and sharing policy must pass,
+built-in or third-party.
 
 A part is given by its registered name or spec (``"fair"``, ``"fair:scan_up_to=8"``); each
 property is a named :class:`~workloads.conformance.Check`, and :func:`parametrize_with_checks`
@@ -19,6 +19,10 @@ it reads have arrived; every op runs; the same plan gives the same trace; the pa
 from its spec and rebuilt by ``clone`` with the same parameters. Issue orders: every op
 runs once, on its device, after its inputs are there, and no more ops run at once on a
 device than it has streams; the same plan gives the same trace; made and cloned as above.
+Sharing policies (two jobs on a switch, the second arriving later): every job finishes; a
+job alone runs in its time alone; each job's ops start after their inputs are there; no
+more ops at once on a device than it has streams (on a partition's slice, per job); the
+same jobs give the same trace; made and cloned as above.
 
 >>> check_part("fcfs", LINK_CHECKS)  # raises ConformanceError naming every failed check
 """
@@ -47,8 +51,8 @@ from workloads.synthetic import layered_dag
 if TYPE_CHECKING:
     from _pytest.mark import MarkDecorator
 
-__all__ = ["LINK_CHECKS", "ORDER_CHECKS", "Check", "ConformanceError", "check_part",
-           "parametrize_with_checks"]
+__all__ = ["LINK_CHECKS", "ORDER_CHECKS", "SHARING_CHECKS", "Check", "ConformanceError",
+           "check_part", "parametrize_with_checks"]
 
 
 def _device(name: str, streams: int = 1, engines: int = 1) -> Device:
@@ -222,6 +226,94 @@ def check_streams_honoured(source: str, case: str, p: Plan, cluster: Cluster, r:
                                   f"on {device!r}, which has {streams} streams")
 
 
+# -- sharing policies ----------------------------------------------------------------------------
+
+def _shared(source: str, jobs: int = 2) -> Any:
+    """``jobs`` jobs (a layered DAG and a training step, alternately, the second arriving
+    later) on the switch of the cases, fair links."""
+    from sim.tenants import Job, simulate_jobs
+
+    _, dag, star = _cases()[1]
+    step = _cases()[3][1]
+    made = [Job(dag if j % 2 == 0 else step, f"j{j}", arrival_s=1e-4 * j) for j in range(jobs)]
+    return simulate_jobs(made, star, RooflineCost(star), sharing=source, links="fair")
+
+
+def check_jobs_finish(source: str) -> None:
+    r = _shared(source)
+    rows = r.jobs.to_dict(orient="records")
+    for row in rows:
+        _require(row["feasible"] and math.isfinite(row["end_s"])
+                 and row["end_s"] >= row["arrival_s"],
+                 f"sharing policy {source!r}: job {row['job']!r} did not finish "
+                 f"({row['reason'] or 'no end'})")
+
+
+def check_alone_as_alone(source: str) -> None:
+    r = _shared(source, jobs=1)
+    slowdown = float(r.jobs["slowdown"].iloc[0])
+    _require(_close(slowdown, 1.0), f"sharing policy {source!r}: a job alone ran "
+                                    f"{slowdown!r} times its time alone")
+
+
+def check_jobs_follow_their_inputs(source: str) -> None:
+    r = _shared(source)
+    trace = r.trace
+    _, dag, _ = _cases()[1]
+    step = _cases()[3][1]
+    for j, p in enumerate((dag, step)):
+        mine = trace[trace["job"] == f"j{j}"]
+        start = dict(zip(mine["name"], mine["start_s"], strict=True))
+        end = dict(zip(mine["name"], mine["end_s"], strict=True))
+        via = {(t.tensor, c): t.name for t in p.transfers for c in t.consumers}
+        for op in p.graph:
+            for tensor in op.inputs:
+                ready = end[via[(tensor, op.name)]] if (tensor, op.name) in via else end[
+                    p.graph.producer(tensor)]
+                _require(start[op.name] >= ready or _close(start[op.name], ready),
+                         f"sharing policy {source!r}: job j{j}'s op {op.name!r} starts at "
+                         f"{start[op.name]!r} s, before its input {tensor!r} is there")
+
+
+def check_shared_streams(source: str) -> None:
+    from sim.sharing import SHARING
+
+    r = _shared(source)
+    trace = r.trace
+    _, _, star = _cases()[1]
+    ops = trace[trace["kind"] == "compute"]
+    # a partition's slices each have at least one stream of their own: count per job there
+    by = ["device", "job"] if SHARING.make(source).partitioned else ["device"]
+    for key, rows in ops.groupby(by):
+        device = key[0] if isinstance(key, tuple) else key
+        events = sorted([(s, 1) for s in rows["start_s"]] + [(e, -1) for e in rows["end_s"]])
+        busy = most = 0
+        for _, step in events:
+            busy += step
+            most = max(most, busy)
+        streams = star.device(str(device)).compute_streams
+        _require(most <= streams, f"sharing policy {source!r}: {most} ops ran at once on "
+                                  f"{device!r}, which has {streams} streams")
+
+
+def check_sharing_deterministic(source: str) -> None:
+    _require(_shared(source).trace.equals(_shared(source).trace),
+             f"sharing policy {source!r}: the same jobs gave two traces")
+
+
+def check_sharing_parameters(source: str) -> None:
+    from sim.sharing import SHARING
+
+    policy = SHARING.make(source)
+    declared = {p.name for p in policy.params}
+    params = policy.get_params()
+    _require(set(params) == declared, f"sharing policy {source!r}: get_params gave "
+                                      f"{sorted(params)}, it declares {sorted(declared)}")
+    twin = policy.clone()
+    _require(type(twin) is type(policy) and twin.get_params() == params,
+             f"sharing policy {source!r}: clone gave {twin!r} for {policy!r}")
+
+
 LINK_CHECKS: tuple[Check[str], ...] = (
     Check("lone_transfer", check_lone_transfer),
     Check("transfers_follow_their_tensor", check_transfers_follow_their_tensor),
@@ -239,8 +331,19 @@ ORDER_CHECKS: tuple[Check[str], ...] = (
 )
 
 
+SHARING_CHECKS: tuple[Check[str], ...] = (
+    Check("jobs_finish", check_jobs_finish),
+    Check("alone_as_alone", check_alone_as_alone),
+    Check("jobs_follow_their_inputs", check_jobs_follow_their_inputs),
+    Check("shared_streams", check_shared_streams),
+    Check("deterministic", check_sharing_deterministic),
+    Check("declares_parameters", check_sharing_parameters),
+)
+
+
 def check_part(source: str, checks: Sequence[Check[str]]) -> None:
-    """Run ``checks`` (:data:`LINK_CHECKS` or :data:`ORDER_CHECKS`) on a registered part's
+    """Run ``checks`` (:data:`LINK_CHECKS`, :data:`ORDER_CHECKS` or :data:`SHARING_CHECKS`)
+    on a registered part's
     name or spec; raise one :class:`ConformanceError` that lists every failure."""
     run_checks(checks, source)
 

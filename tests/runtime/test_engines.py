@@ -3,9 +3,11 @@ declared, shown, checked and cloned the same way."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from runtime.engine import ENGINES, NumpyEngine, make_engine
+from runtime.testing import ConformanceError, check_engine, parametrize_with_checks
 from workloads.errors import PlacelabError
 
 
@@ -29,3 +31,28 @@ def test_a_bad_parameter_is_one_line(spec: str, message: str) -> None:
     with pytest.raises(PlacelabError) as caught:
         ENGINES.make(spec)
     assert str(caught.value) == message
+
+
+@parametrize_with_checks(ENGINES.names())
+def test_engine_conformance(engine: str, check) -> None:  # type: ignore[no-untyped-def]
+    check(engine)
+
+
+class Lossy(NumpyEngine):
+    """Rounds what it sends to a device to half precision."""
+
+    name = "lossy"
+
+    def to_device(self, host: np.ndarray, device: str) -> np.ndarray:
+        return super().to_device(host.astype(np.float16).astype(host.dtype), device)
+
+
+def test_the_suite_catches_an_engine_that_loses_precision() -> None:
+    ENGINES.register("lossy", Lossy)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            check_engine("lossy")
+    finally:
+        ENGINES.unregister("lossy")
+    assert "[round_trip] engine 'lossy': an array sent to 'cpu0' came back different" in str(
+        caught.value)

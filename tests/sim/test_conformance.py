@@ -9,9 +9,11 @@ import pytest
 
 from sim.links import FirstComeFirstServed
 from sim.options import LINK_REGISTRY, ORDER_REGISTRY
+from sim.sharing import SHARING
 from sim.testing import (
     LINK_CHECKS,
     ORDER_CHECKS,
+    SHARING_CHECKS,
     ConformanceError,
     check_part,
     parametrize_with_checks,
@@ -75,3 +77,9 @@ def test_fair_sharing_by_heap_equals_by_scan() -> None:
     by_scan = simulate(p, cluster, cost, links="fair")
     by_heap = simulate(p, cluster, cost, links="fair:scan_up_to=1")
     assert by_scan.trace.equals(by_heap.trace)
+
+
+@parametrize_with_checks([*SHARING.names(), "priority:preempt=false", "partition:memory=true"],
+                         SHARING_CHECKS)
+def test_sharing_policy_conformance(part: str, check) -> None:  # type: ignore[no-untyped-def]
+    check(part)

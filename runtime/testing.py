@@ -1,0 +1,138 @@
+"""The conformance suite every engine must pass, built-in or third-party.
+
+An engine is given by its registered name or spec (``"cpu"``, ``"torch:devices=2"``); the
+suite builds it with two devices. Each property is a named
+:class:`~workloads.conformance.Check`; :func:`parametrize_with_checks` makes one pytest item
+per (engine, check) and skips, saying why, an engine this machine cannot run (no GPU, no
+torch)::
+
+    from runtime.testing import parametrize_with_checks
+
+    @parametrize_with_checks(["my_engine"])
+    def test_conformance(engine, check):
+        check(engine)
+
+Properties: its devices are those of its cluster, as many as asked; an array sent to a
+device comes back equal; a copy between devices is equal; a plan split over its devices
+computes what NumPy computes on one logical CPU device (the same weights and inputs); the
+part is made from its spec and rebuilt by ``clone`` with the same parameters.
+
+>>> check_engine("cpu")  # raises ConformanceError naming every failed check
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from runtime.engine import ENGINES, Engine, EngineUnavailable, NumpyEngine
+from workloads.conformance import Check, ConformanceError, run_checks
+from workloads.conformance import require as _require
+
+if TYPE_CHECKING:
+    from _pytest.mark import MarkDecorator
+
+__all__ = ["CHECKS", "Check", "ConformanceError", "check_engine", "parametrize_with_checks",
+           "unavailable"]
+
+
+def _make(source: str) -> Engine:
+    name, _, rest = source.partition(":")
+    params = "devices=2" + ("," + rest if rest else "")
+    engine: Engine = ENGINES.make(f"{name}:{params}")
+    return engine
+
+
+def unavailable(source: str) -> str:
+    """Why this machine cannot run engine ``source`` ("" when it can)."""
+    try:
+        _make(source)
+    except EngineUnavailable as err:
+        return str(err)
+    return ""
+
+
+def check_devices(source: str) -> None:
+    engine = _make(source)
+    names = engine.cluster().device_names
+    _require(tuple(engine.devices) == tuple(names) and len(names) == 2,
+             f"engine {source!r}: devices {engine.devices} for a cluster of {names}, "
+             f"2 asked")
+
+
+def check_round_trip(source: str) -> None:
+    engine = _make(source)
+    host = np.random.default_rng(0).standard_normal((33, 17)).astype(np.float32)
+    for device in engine.devices:
+        back = engine.to_host(engine.to_device(host, device))
+        _require(back.dtype == host.dtype and np.array_equal(back, host),
+                 f"engine {source!r}: an array sent to {device!r} came back different")
+
+
+def check_copies(source: str) -> None:
+    engine = _make(source)
+    a, b = engine.devices[:2]
+    host = np.arange(1000, dtype=np.float32)
+    copied = engine.copy(engine.to_device(host, a), a, b)
+    engine.synchronize(b)
+    _require(np.array_equal(engine.to_host(copied), host),
+             f"engine {source!r}: a copy from {a!r} to {b!r} differs from its source")
+
+
+def check_computes_as_numpy(source: str) -> None:
+    from policies import plan
+    from runtime.executor import execute
+    from workloads.zoo import build_model
+
+    graph = build_model("mlp", batch=4)
+    engine, reference = _make(source), NumpyEngine(devices=1)
+    split = plan(graph, engine.cluster(), "round_robin")
+    _require(bool(split.transfers), f"engine {source!r}: the plan does not cross devices")
+    ours = execute(split, engine, warmup=0, repeats=1).outputs
+    theirs = execute(plan(graph, reference.cluster(), "single_device"), reference,
+                     warmup=0, repeats=1).outputs
+    for key, value in theirs.items():
+        got = np.asarray(ours.get(key))
+        _require(got.shape == value.shape and np.allclose(got, value, rtol=1e-4, atol=1e-5),
+                 f"engine {source!r}: output {key!r} differs from NumPy's on one device")
+
+
+def check_declares_parameters(source: str) -> None:
+    engine = _make(source)
+    declared = {p.name for p in engine.params}
+    params: dict[str, Any] = engine.get_params()
+    _require(set(params) == declared, f"engine {source!r}: get_params gave {sorted(params)}, "
+                                      f"it declares {sorted(declared)}")
+    twin = engine.clone()
+    _require(type(twin) is type(engine) and twin.get_params() == params,
+             f"engine {source!r}: clone gave {twin!r} for {engine!r}")
+
+
+CHECKS: tuple[Check[str], ...] = (
+    Check("devices", check_devices),
+    Check("round_trip", check_round_trip),
+    Check("copies", check_copies),
+    Check("computes_as_numpy", check_computes_as_numpy),
+    Check("declares_parameters", check_declares_parameters),
+)
+
+
+def check_engine(source: str) -> None:
+    """Run every check on a registered engine's name or spec; raise one
+    :class:`ConformanceError` that lists every failure."""
+    run_checks(CHECKS, source)
+
+
+def parametrize_with_checks(sources: Sequence[str]) -> MarkDecorator:
+    """A ``pytest.mark.parametrize`` over (engine, check): one test item each, named
+    ``<engine>-<check>``, skipped with the reason where this machine cannot run it."""
+    import pytest
+
+    reasons = {source: unavailable(source) for source in sources}
+    return pytest.mark.parametrize(("engine", "check"), [
+        pytest.param(source, check, id=f"{source}-{check.name}",
+                     marks=(pytest.mark.skip(reason=reasons[source]),)
+                     if reasons[source] else ())
+        for source in sources for check in CHECKS])
