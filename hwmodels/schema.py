@@ -83,7 +83,7 @@ def _whole_bytes(value: float) -> int:
 #: A size in bytes; a whole float (``16e9``) is taken as the int it is.
 Bytes = Annotated[Positive, AfterValidator(_whole_bytes)]
 
-_TABLE = ("table must have finite increasing thresholds and efficiencies in (0, 1]")
+_TABLE = "table must have finite increasing thresholds and efficiencies in (0, 1]"
 #: One row of an efficiency table: ``[size_threshold, efficiency]`` (a list or a tuple).
 Row = Annotated[tuple[Annotated[float, Strict()], Annotated[float, Strict(), Field(gt=0, le=1)]],
                 Strict(False)]

@@ -1,7 +1,9 @@
 """Frozen hardware specs: :class:`Device`, :class:`Link` and :class:`Cluster`.
 
 Everything here is in SI units (FLOP/s, bytes, bytes/s, seconds). The TOML files use human
-units with the unit in the key name; :mod:`hwmodels.toml_io` converts.
+units with the unit in the key name; :mod:`hwmodels.toml_io` converts. A spec checks its
+fields against the rules declared in :mod:`hwmodels.schema` (those a hardware file meets,
+with their words); what it checks itself relates fields or objects (clocks, rates, links).
 """
 
 from __future__ import annotations
