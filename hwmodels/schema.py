@@ -1,21 +1,38 @@
-"""The hardware TOML format, declared once (see :mod:`workloads.schema`).
+"""The hardware rules and the hardware TOML format, each declared once (see
+:mod:`workloads.schema`).
 
-Units are in the key names; every number must be finite; counts and sizes have upper bounds
-beyond which a value can only be a mistake (or would overflow an int64 of bytes).
+The rules (finite numbers, bounds, choices, efficiency tables) are annotated types that
+carry their words; the TOML tables below use them, and so do the specs of
+:mod:`hwmodels.spec`, which check their fields against :class:`DeviceRules` and the like
+when they are built, so a device made in Python and one read from a file meet the same
+rules. Units are in the TOML key names; counts and sizes in a file have upper bounds beyond which a
+value can only be a mistake (or would overflow an int64 of bytes).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
+from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Discriminator, Field, Strict, Tag, TypeAdapter, model_validator
+from typing_extensions import TypedDict, is_typeddict
 
-from hwmodels.spec import MAX_COPY_ENGINES, MAX_STREAMS
-from workloads.schema import Schema
+from hwmodels.spec import (
+    COMPUTE_CLASSES,
+    DEVICE_KINDS,
+    GPU_ARCHITECTURES,
+    MAX_COPY_ENGINES,
+    MAX_STREAMS,
+    PEAK_DTYPES,
+)
+from workloads.schema import RULES_CONFIG, Schema
 
-__all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable", "DeviceTable",
-           "CostTableDocument", "GpuTable", "HardwareDocument", "LinkTable", "PredictorKind",
-           "PredictorTable", "SlotTable"]
+__all__ = ["MAX_COPY_ENGINES", "MAX_MEMORY_GIB", "MAX_STREAMS", "ClusterTable",
+           "CostTableDocument", "DeviceRules", "DeviceTable", "Efficiency", "GpuRules",
+           "GpuTable", "HardwareDocument", "HostSlowdownRules", "LinkRules", "LinkTable",
+           "PredictorKind", "PredictorTable", "SlotTable", "adapter"]
 
 #: Memory above this many GiB would overflow an int64 of bytes.
 MAX_MEMORY_GIB = 2**32
@@ -28,19 +45,138 @@ MAX_POWER_W = 100_000
 MAX_L2_MIB = 65_536
 MAX_SHARED_MEMORY_KIB = 65_536
 
-Positive = Annotated[float, Field(gt=0)]
-NonNegative = Annotated[float, Field(ge=0)]
-Name = Annotated[str, Field(min_length=1)]
-#: One row of an efficiency table: ``[size_threshold, efficiency]``.
-Pair = Annotated[list[float], Field(min_length=2, max_length=2)]
+# -- the rules, with their words --------------------------------------------------------------
 
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False,
+                                  description="must be a finite number > 0")]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False,
+                                     description="must be a finite number >= 0")]
+#: An integer count of something there is at least one of.
+Count = Annotated[int, Field(ge=1, description="must be an int >= 1")]
+Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS,
+                               description=f"must be an int in [1, {MAX_STREAMS}]")]
+CopyEngines = Annotated[int, Field(ge=1, le=MAX_COPY_ENGINES,
+                                   description=f"must be an int in [1, {MAX_COPY_ENGINES}]")]
+#: How many times slower a host's ops run while two of its devices compute at once.
+Slowdown = Annotated[float, Field(ge=1, allow_inf_nan=False,
+                                  description="must be a finite number >= 1")]
+Name = Annotated[str, Field(min_length=1)]
+DeviceKind = Annotated[Literal[DEVICE_KINDS], Field(  # type: ignore[valid-type]
+    description=f"must be one of {', '.join(DEVICE_KINDS)}")]
+PeakDtype = Annotated[Literal[PEAK_DTYPES], Field(  # type: ignore[valid-type]
+    description=f"dtype must be one of {', '.join(PEAK_DTYPES)}")]
+Architecture = Annotated[Literal[GPU_ARCHITECTURES], Field(  # type: ignore[valid-type]
+    description=f"must be one of {', '.join(GPU_ARCHITECTURES)}")]
+ComputeClass = Annotated[Literal[COMPUTE_CLASSES], Field(  # type: ignore[valid-type]
+    description=f"key must be one of {', '.join(COMPUTE_CLASSES)}")]
+Duplex = Annotated[Literal["full", "half"], Field(description="must be 'full' or 'half'")]
+Peak = Annotated[Mapping[PeakDtype, Positive], Field(min_length=1,
+                                                     description="must name at least one dtype")]
+
+
+def _whole_bytes(value: float) -> int:
+    if not value.is_integer():
+        raise ValueError("must be a whole number of bytes")
+    return int(value)
+
+
+#: A size in bytes; a whole float (``16e9``) is taken as the int it is.
+Bytes = Annotated[Positive, AfterValidator(_whole_bytes)]
+
+_TABLE = "table must have finite increasing thresholds and efficiencies in (0, 1]"
+#: One row of an efficiency table: ``[size_threshold, efficiency]`` (a list or a tuple).
+Row = Annotated[tuple[Annotated[float, Strict()], Annotated[float, Strict(), Field(gt=0, le=1)]],
+                Strict(False)]
+
+
+def _increasing(rows: tuple[tuple[float, float], ...]) -> tuple[tuple[float, float], ...]:
+    if any(a >= b for (a, _), (b, _) in itertools.pairwise(rows)):
+        raise ValueError(_TABLE)
+    return rows
+
+
+def _number_or_table(value: Any) -> str:
+    return "<number>" if isinstance(value, int | float) and not isinstance(value, bool) else (
+        "<table>")
+
+
+#: The fraction of peak an op class reaches: a constant, or a table of
+#: ``[size_threshold, efficiency]`` rows by increasing threshold.
+Efficiency = Annotated[
+    Annotated[float, Field(gt=0, le=1, description="must be in (0, 1]"), Tag("<number>")]
+    | Annotated[tuple[Row, ...], Strict(False), Field(min_length=1, description=_TABLE),
+                AfterValidator(_increasing), Tag("<table>")],
+    Discriminator(_number_or_table),
+    Field(description="must be a number or a table [[size_threshold, efficiency], ...]")]
+
+
+class DeviceRules(TypedDict):
+    """What :class:`hwmodels.spec.Device` checks of its fields (SI units)."""
+
+    __pydantic_config__ = RULES_CONFIG  # type: ignore[misc]
+
+    kind: DeviceKind
+    peak: Peak
+    memory_bytes: Bytes
+    memory_bandwidth: Positive
+    launch_overhead_s: NonNegative
+    compute_streams: Streams
+    copy_engines: CopyEngines
+    efficiency: Mapping[ComputeClass, Efficiency]
+
+
+class GpuRules(TypedDict):
+    """What :class:`hwmodels.spec.GpuSpec` checks of its fields (SI units)."""
+
+    __pydantic_config__ = RULES_CONFIG  # type: ignore[misc]
+
+    architecture: Architecture
+    sm_count: Count
+    l2_bytes: Count
+    shared_memory_per_sm_bytes: Count
+    base_clock_hz: Positive
+    boost_clock_hz: Positive
+    power_w: Positive
+    vector_peak: Mapping[PeakDtype, Positive]
+
+
+class LinkRules(TypedDict):
+    """What :class:`hwmodels.spec.Link` checks of its fields (SI units)."""
+
+    __pydantic_config__ = RULES_CONFIG  # type: ignore[misc]
+
+    bandwidth: Positive
+    latency_s: NonNegative
+    duplex: Duplex
+
+
+class HostSlowdownRules(TypedDict):
+    """What :class:`hwmodels.spec.Cluster` checks of its slowdowns (the rest is structure:
+    names, links, connectivity)."""
+
+    __pydantic_config__ = RULES_CONFIG  # type: ignore[misc]
+
+    host_slowdown: Mapping[str, Slowdown]
+
+
+@cache
+def adapter(rules: str) -> TypeAdapter[Any]:
+    """The validator of the rule or rules named ``rules`` (``"DeviceRules"``,
+    ``"NonNegative"``), built once, on a spec's first construction."""
+    tp = globals()[rules]
+    if is_typeddict(tp):
+        return TypeAdapter(tp)
+    return TypeAdapter(tp, config=RULES_CONFIG)
+
+
+# -- the TOML format ----------------------------------------------------------------------------
 
 class GpuTable(Schema):
     """A GPU's figures for tile-aware models (``hwmodels.spec.GpuSpec``); the architecture
     is checked against ``GPU_ARCHITECTURES`` by the spec, as a device's kind is."""
 
     architecture: Name
-    sm_count: Annotated[int, Field(ge=1, le=MAX_SMS)]
+    sm_count: Annotated[Count, Field(le=MAX_SMS)]
     base_clock_mhz: Annotated[float, Field(gt=0, le=MAX_CLOCK_MHZ)]
     boost_clock_mhz: Annotated[float, Field(gt=0, le=MAX_CLOCK_MHZ)]
     power_w: Annotated[float, Field(gt=0, le=MAX_POWER_W)]
@@ -57,10 +193,11 @@ class DeviceTable(Schema):
     memory_gib: Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB)]
     memory_bandwidth_gbps: Positive
     launch_overhead_us: NonNegative = 0.0
-    compute_streams: Annotated[int, Field(ge=1, le=MAX_STREAMS)] = 1
-    copy_engines: Annotated[int, Field(ge=1, le=MAX_COPY_ENGINES)] = 1
+    compute_streams: Streams = 1
+    copy_engines: CopyEngines = 1
+    #: Keys (dtypes) and kind are the spec's to check, with its words.
     peak_tflops: Annotated[dict[str, Positive], Field(min_length=1)]
-    efficiency: dict[str, float | list[Pair]] = Field(default_factory=dict)
+    efficiency: dict[str, Efficiency] = Field(default_factory=dict)
     gpu: GpuTable | None = None
 
 
@@ -70,7 +207,7 @@ class LinkTable(Schema):
     b: Name
     bandwidth_gbps: Positive
     latency_us: NonNegative = 0.0
-    duplex: Literal["full", "half"] = "full"
+    duplex: Duplex = "full"
 
 
 class SlotTable(Schema):
@@ -86,8 +223,7 @@ class ClusterTable(Schema):
     device: Annotated[list[SlotTable], Field(min_length=1)]
     link: list[LinkTable] = Field(default_factory=list)
     #: Host -> how many times slower an op runs while two of its devices compute at once.
-    host_slowdown: dict[str, Annotated[float, Field(ge=1, allow_inf_nan=False)]] = Field(
-        default_factory=dict)
+    host_slowdown: dict[str, Slowdown] = Field(default_factory=dict)
 
 
 class PredictorKind(Schema):

@@ -1,7 +1,9 @@
 """Frozen hardware specs: :class:`Device`, :class:`Link` and :class:`Cluster`.
 
 Everything here is in SI units (FLOP/s, bytes, bytes/s, seconds). The TOML files use human
-units with the unit in the key name; :mod:`hwmodels.toml_io` converts.
+units with the unit in the key name; :mod:`hwmodels.toml_io` converts. A spec checks its
+fields against the rules declared in :mod:`hwmodels.schema` (those a hardware file meets,
+with their words); what it checks itself relates fields or objects (clocks, rates, links).
 """
 
 from __future__ import annotations
@@ -10,11 +12,10 @@ import bisect
 import hashlib
 import itertools
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import cached_property
-from types import MappingProxyType
+from functools import cache, cached_property
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 import networkx as nx
@@ -55,38 +56,35 @@ def _fail(owner: str, message: str) -> HardwareSpecError:
     return HardwareSpecError(f"{owner}: {message}")
 
 
-def _check_positive(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    ok = ok and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        raise _fail(owner, f"{name} must be a finite number {'>= 0' if allow_zero else '> 0'}"
-                           f", got {value!r}")
-
-
-def _check_efficiency(owner: str, op_class: str, value: Efficiency) -> Efficiency:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if not 0 < value <= 1:
-            raise _fail(owner, f"efficiency.{op_class} must be in (0, 1], got {value!r}")
-        return float(value)
+def _checked(rules: str, values: Any, owner: str = "", path: str = "") -> Any:
+    """``values`` checked against the rules ``hwmodels.schema.<rules>`` (those a file meets
+    too) and given back as pydantic gives them (numbers as floats, tables as tuples); a
+    failure is one line naming ``owner``, the field (under ``path``), the rule and the
+    value."""
+    schema = _schema()
     try:
-        rows = tuple((float(t), float(e)) for t, e in value)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise _fail(owner, f"efficiency.{op_class} must be a number or a table "
-                           f"[[size_threshold, efficiency], ...], got {value!r}") from None
-    thresholds = [t for t, _ in rows]
-    if not rows or thresholds != sorted(set(thresholds)) or any(
-            not 0 < e <= 1 or not math.isfinite(t) for t, e in rows):
-        raise _fail(owner, f"efficiency.{op_class} table must have finite increasing "
-                           f"thresholds and efficiencies in (0, 1], got {value!r}")
-    return rows
+        return schema.adapter(rules).validate_python(values)
+    except ValueError as err:  # a pydantic ValidationError
+        from workloads.schema import rule_message
+
+        message = rule_message(err, getattr(schema, rules), values,  # type: ignore[arg-type]
+                               path=path)
+        raise (_fail(owner, message) if owner else HardwareSpecError(message)) from None
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _check_positive(owner: str, name: str, value: Any, *, allow_zero: bool = False) -> None:
+    """``value`` checked against the rule ``Positive`` (``NonNegative`` with
+    ``allow_zero``), the message naming ``owner`` and ``name``; cost tables use it."""
+    _checked("NonNegative" if allow_zero else "Positive", value, owner, name)
 
 
-def _gpu_fail(name: str, expected: str, value: Any) -> HardwareSpecError:
-    return HardwareSpecError(f"gpu.{name} must be {expected}, got {value!r}")
+@cache
+def _schema() -> ModuleType:
+    # Imported on the first spec built, not with this module: pydantic's import and the
+    # rules' validators are paid for by what builds specs, once.
+    import hwmodels.schema
+
+    return hwmodels.schema
 
 
 @dataclass(frozen=True)
@@ -112,29 +110,18 @@ class GpuSpec:
     vector_peak: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.architecture not in GPU_ARCHITECTURES:
-            raise _gpu_fail("architecture", f"one of {', '.join(GPU_ARCHITECTURES)}",
-                            self.architecture)
-        for name in ("sm_count", "l2_bytes", "shared_memory_per_sm_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise _gpu_fail(name, "an int >= 1", value)
+        valid = _checked("GpuRules", {
+            "architecture": self.architecture, "sm_count": self.sm_count,
+            "l2_bytes": self.l2_bytes, "shared_memory_per_sm_bytes":
+            self.shared_memory_per_sm_bytes, "base_clock_hz": self.base_clock_hz,
+            "boost_clock_hz": self.boost_clock_hz, "power_w": self.power_w,
+            "vector_peak": self.vector_peak}, path="gpu")
+        if valid["base_clock_hz"] > valid["boost_clock_hz"]:
+            raise HardwareSpecError(f"gpu.base_clock_hz must be <= boost_clock_hz "
+                                    f"({self.boost_clock_hz!r}), got {self.base_clock_hz!r}")
         for name in ("base_clock_hz", "boost_clock_hz", "power_w"):
-            value = getattr(self, name)
-            if not _is_number(value) or value <= 0:
-                raise _gpu_fail(name, "a finite number > 0", value)
-        if self.base_clock_hz > self.boost_clock_hz:
-            raise _gpu_fail("base_clock_hz", f"<= boost_clock_hz ({self.boost_clock_hz!r})",
-                            self.base_clock_hz)
-        for dtype, rate in self.vector_peak.items():
-            if dtype not in PEAK_DTYPES:
-                raise _gpu_fail("vector_peak dtype", f"one of {', '.join(PEAK_DTYPES)}", dtype)
-            if not _is_number(rate) or rate <= 0:
-                raise _gpu_fail(f"vector_peak.{dtype}", "a finite number > 0", rate)
-        for name in ("base_clock_hz", "boost_clock_hz", "power_w"):
-            object.__setattr__(self, name, float(getattr(self, name)))
-        object.__setattr__(self, "vector_peak", MappingProxyType(
-            {k: float(v) for k, v in self.vector_peak.items()}))
+            object.__setattr__(self, name, valid[name])
+        object.__setattr__(self, "vector_peak", MappingProxyType(valid["vector_peak"]))
 
     def __hash__(self) -> int:
         return hash((self.architecture, self.sm_count, self.boost_clock_hz,
@@ -187,38 +174,17 @@ class Device:
     def __post_init__(self) -> None:
         check_name("device", self.name, HardwareSpecError)
         owner = f"device {self.name!r}"
-        if self.kind not in DEVICE_KINDS:
-            raise _fail(owner, f"kind must be one of {', '.join(DEVICE_KINDS)}, "
-                               f"got {self.kind!r}")
-        if not self.peak:
-            raise _fail(owner, "peak must name at least one dtype, got none")
-        for dtype, rate in self.peak.items():
-            if dtype not in PEAK_DTYPES:
-                raise _fail(owner, f"peak dtype must be one of {', '.join(PEAK_DTYPES)}, "
-                                   f"got {dtype!r}")
-            _check_positive(owner, f"peak.{dtype}", rate)
-        _check_positive(owner, "memory_bytes", self.memory_bytes)
-        if not float(self.memory_bytes).is_integer():
-            raise _fail(owner, f"memory_bytes must be a whole number of bytes, got "
-                               f"{self.memory_bytes!r}")
-        object.__setattr__(self, "memory_bytes", int(self.memory_bytes))
-        _check_positive(owner, "memory_bandwidth", self.memory_bandwidth)
-        _check_positive(owner, "launch_overhead_s", self.launch_overhead_s, allow_zero=True)
-        for name, most in (("compute_streams", MAX_STREAMS), ("copy_engines", MAX_COPY_ENGINES)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most:
-                raise _fail(owner, f"{name} must be an int in [1, {most}], got {value!r}")
-        eff = {}
-        for op_class, value in self.efficiency.items():
-            if op_class not in COMPUTE_CLASSES:
-                raise _fail(owner, f"efficiency key must be one of "
-                                   f"{', '.join(COMPUTE_CLASSES)}, got {op_class!r}")
-            eff[op_class] = _check_efficiency(owner, op_class, value)
-        self._check_gpu(owner)
-        object.__setattr__(self, "peak", MappingProxyType(
-            {k: float(v) for k, v in self.peak.items()}))
-        object.__setattr__(self, "efficiency", MappingProxyType(eff))
+        valid = _checked("DeviceRules", {
+            "kind": self.kind, "peak": self.peak, "memory_bytes": self.memory_bytes,
+            "memory_bandwidth": self.memory_bandwidth,
+            "launch_overhead_s": self.launch_overhead_s,
+            "compute_streams": self.compute_streams, "copy_engines": self.copy_engines,
+            "efficiency": self.efficiency}, owner)
+        object.__setattr__(self, "peak", MappingProxyType(valid["peak"]))
+        object.__setattr__(self, "memory_bytes", valid["memory_bytes"])
+        object.__setattr__(self, "efficiency", MappingProxyType(valid["efficiency"]))
         object.__setattr__(self, "model", self.model or self.name)
+        self._check_gpu(owner)
 
     def __hash__(self) -> int:
         return hash((self.name, self.model))
@@ -287,10 +253,8 @@ class Link:
     def __post_init__(self) -> None:
         object.__setattr__(self, "name", self.name or f"{self.a}<->{self.b}")
         owner = f"link {self.name!r}"
-        _check_positive(owner, "bandwidth", self.bandwidth)
-        _check_positive(owner, "latency_s", self.latency_s, allow_zero=True)
-        if self.duplex not in ("full", "half"):
-            raise _fail(owner, f"duplex must be 'full' or 'half', got {self.duplex!r}")
+        _checked("LinkRules", {"bandwidth": self.bandwidth, "latency_s": self.latency_s,
+                               "duplex": self.duplex}, owner)
         if self.a == self.b:
             raise _fail(owner, f"must join two different nodes, got {self.a!r} twice")
 
@@ -373,13 +337,11 @@ class Cluster:
         for device in self.hosts:
             if device not in nodes:
                 raise _fail(owner, f"hosts names {device!r}, which is not a device")
-        for host, slowdown in self.host_slowdown.items():
+        for host in self.host_slowdown:
             if host not in self.hosts.values():
                 raise _fail(owner, f"host_slowdown names {host!r}, which no device sits on")
-            ok = isinstance(slowdown, int | float) and not isinstance(slowdown, bool)
-            if not ok or not 1 <= slowdown < math.inf:
-                raise _fail(owner, f"host_slowdown.{host} must be a finite number >= 1, "
-                                   f"got {slowdown!r}")
+        if self.host_slowdown:
+            _checked("HostSlowdownRules", {"host_slowdown": self.host_slowdown}, owner)
         if len(self.devices) > 1 and not nx.is_connected(self.graph):
             parts = sorted(sorted(c) for c in nx.connected_components(self.graph))
             raise _fail(owner, f"must be connected, got separate parts {parts}")

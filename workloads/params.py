@@ -1,21 +1,29 @@
 """What a plug-in's parameters are: :class:`Param` declares one (type, default, valid
 values), so that the CLI, a sweep and the plug-in itself (a placement policy, a sharing
 policy, a pass) read and check it the same way; :func:`parse_spec` reads
-``name:key=value,...`` against the declarations."""
+``name:key=value,...`` against the declarations.
+
+A parameter's valid values are a pydantic type (:func:`param_type`: its kind with its bound,
+choices and None), validated by a ``TypeAdapter`` made on first use and shared by every
+parameter with the same declaration."""
 
 from __future__ import annotations
 
-import math
 import numbers
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 
 from workloads.errors import PlacelabError, PlacementError
 
-__all__ = ["Param", "parse_spec", "split_specs"]
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+__all__ = ["Param", "param_type", "parse_spec", "split_specs"]
 
 _KINDS = ("int", "float", "str", "bool", "seed")
 
@@ -70,31 +78,13 @@ class Param:
               error: type[PlacelabError] = PlacementError) -> Any:
         """``value`` if valid (an integer as ``int``), else a one-line ``error`` naming
         the plug-in (``what`` and its name ``policy``), the parameter and the value."""
-        if value is None and (self.optional or self.kind == "seed"):
-            return None
-        if self._valid(value):
-            if self.kind == "seed" and isinstance(value, np.random.Generator):
-                return value
-            return int(value) if self.kind in ("int", "seed") else value
-        raise error(f"{what} {policy!r}: {self.name} must be {self.describe()}, "
-                    f"got {value!r}")
-
-    def _valid(self, value: Any) -> bool:
-        if self.kind == "seed":
-            return isinstance(value, np.random.Generator) or (
-                isinstance(value, numbers.Integral) and not isinstance(value, bool)
-                and int(value) >= 0)
-        if self.kind == "bool":
-            return isinstance(value, bool)
-        if self.kind == "str":
-            return isinstance(value, str) and (not self.choices or value in self.choices)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            return False
-        number = float(value)
-        if self.kind == "int":
-            return isinstance(value, numbers.Integral) and (
-                self.minimum is None or number >= self.minimum)
-        return math.isfinite(number) and (self.minimum is None or number > self.minimum)
+        try:
+            valid = _adapter(self.kind, self.minimum, self.choices,
+                             self.optional).validate_python(value)
+        except ValueError:  # a pydantic ValidationError: its words are describe()'s
+            raise error(f"{what} {policy!r}: {self.name} must be {self.describe()}, "
+                        f"got {value!r}") from None
+        return value if self.kind == "float" else valid  # a number stays as it was given
 
     def parse(self, policy: str, text: str, *, what: str = "policy",
               error: type[PlacelabError] = PlacementError) -> Any:
@@ -108,6 +98,58 @@ class Param:
             raise error(f"{what} {policy!r}: {self.name} must be {self.describe()}, "
                         f"got {text!r}") from None
         return self.check(policy, value, what=what, error=error)
+
+
+def param_type(kind: str, minimum: float | None = None, choices: tuple[str, ...] = (),
+               optional: bool = False) -> Any:
+    """The pydantic type of a parameter's valid values (checked strictly: no ``"5"`` for
+    5, no ``True`` for 1, no NaN or infinity); numpy's integers count as ints.
+
+    >>> from pydantic import TypeAdapter
+    >>> TypeAdapter(param_type("int", minimum=1)).validate_python(np.int64(3))
+    3
+    """
+    from pydantic import BeforeValidator, Field, InstanceOf, Strict
+
+    as_int = BeforeValidator(_as_int)
+    base: Any
+    if kind == "seed":
+        base = (Annotated[int, Field(ge=0), Strict(), as_int]
+                | InstanceOf[np.random.Generator])
+    elif kind == "int":
+        base = Annotated[int, Field(ge=minimum), Strict(), as_int]
+    elif kind == "float":
+        base = Annotated[float, Field(gt=minimum, allow_inf_nan=False), Strict(),
+                         BeforeValidator(_not_bool)]
+    elif kind == "str" and choices:
+        base = Literal[choices]  # type: ignore[valid-type]
+    else:
+        base = Annotated[{"str": str, "bool": bool}[kind], Strict()]
+    if optional or kind == "seed":
+        base = base | None
+    return base
+
+
+def _as_int(value: Any) -> Any:
+    # numpy's integers are ints to a parameter (a sweep's grid gives them); a bool is not
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return operator.index(value)
+    return value
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic takes numpy's bool for a float (it has __float__); a parameter does not
+    if isinstance(value, np.bool_):
+        raise ValueError("a bool is not a number")
+    return value
+
+
+@cache
+def _adapter(kind: str, minimum: float | None, choices: tuple[str, ...],
+             optional: bool) -> TypeAdapter[Any]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(param_type(kind, minimum, choices, optional))
 
 
 def parse_spec(spec: str, params: Sequence[Param], *, what: str,

@@ -235,3 +235,71 @@ def test_duplicate_and_disconnected_in_a_file() -> None:
                              r"connected, got separate"):
         loads(two, source="f.toml")
     assert isinstance(loads(dev), HardwareFile)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kind": "x"}, "kind must be one of cpu, gpu, tpu, npu, fpga, other, got 'x'"),
+    ({"peak": {}}, "peak must name at least one dtype, got none"),
+    ({"peak": {"fp32": float("nan")}}, "peak.fp32 must be a finite number > 0, got nan"),
+    ({"peak": {"fp32": True}}, "peak.fp32 must be a finite number > 0, got True"),
+    ({"memory_bytes": -4}, "memory_bytes must be a finite number > 0, got -4"),
+    ({"launch_overhead_s": float("inf")},
+     "launch_overhead_s must be a finite number >= 0, got inf"),
+    ({"compute_streams": 2.0}, "compute_streams must be an int in [1, 1024], got 2.0"),
+    ({"copy_engines": 65}, "copy_engines must be an int in [1, 64], got 65"),
+    ({"efficiency": {"gemm": 0.5}}, "efficiency key must be one of matmul, conv, elementwise, "
+                                    "reduction, data_movement, got 'gemm'"),
+    ({"efficiency": {"matmul": 1.5}}, "efficiency.matmul must be in (0, 1], got 1.5"),
+    ({"efficiency": {"matmul": True}}, "efficiency.matmul must be a number or a table "
+                                       "[[size_threshold, efficiency], ...], got True"),
+    ({"efficiency": {"matmul": [[0, 0.5, 1]]}}, "efficiency.matmul must be a number or a "
+                                                "table [[size_threshold, efficiency], ...], "
+                                                "got [[0, 0.5, 1]]"),
+    ({"efficiency": {"matmul": [[1, 0.5], [0, 0.5]]}},
+     "efficiency.matmul table must have finite increasing thresholds and efficiencies in "
+     "(0, 1], got [[1, 0.5], [0, 0.5]]"),
+    ({"efficiency": {"matmul": [[0, 2]]}}, "efficiency.matmul table must have finite "
+                                           "increasing thresholds and efficiencies in (0, 1], "
+                                           "got [[0, 2]]"),
+    ({"efficiency": {"matmul": []}}, "efficiency.matmul table must have finite increasing "
+                                     "thresholds and efficiencies in (0, 1], got []"),
+])
+def test_a_device_breaking_a_rule_is_one_line(change: dict[str, object], message: str) -> None:
+    args = {"name": "d", "kind": "gpu", "peak": {"fp32": 1e9}, "memory_bytes": 2**30,
+            "memory_bandwidth": 1e9, **change}
+    with pytest.raises(HardwareSpecError) as err:
+        Device(**args)  # type: ignore[arg-type]
+    assert str(err.value) == f"device 'd': {message}"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("a", "b", float("inf")), "link 'a<->b': bandwidth must be a finite number > 0, got inf"),
+    (("a", "b", 1e9, -1.0), "link 'a<->b': latency_s must be a finite number >= 0, got -1.0"),
+    (("a", "b", 1e9, 0.0, "simplex"), "link 'a<->b': duplex must be 'full' or 'half', got "
+                                      "'simplex'"),
+    (("a", "a", 1e9), "link 'a<->a': must join two different nodes, got 'a' twice"),
+])
+def test_a_link_breaking_a_rule_is_one_line(args: tuple[object, ...], message: str) -> None:
+    with pytest.raises(HardwareSpecError) as err:
+        Link(*args)  # type: ignore[arg-type]
+    assert str(err.value) == message
+
+
+def test_specs_keep_their_normal_forms() -> None:
+    d = Device("n", "gpu", {"fp32": 1}, 16e9, 1, efficiency={  # type: ignore[arg-type]
+        "matmul": 1, "conv": [[0, 0.5], [10, 1]]})
+    assert d.peak == {"fp32": 1.0} and type(d.peak["fp32"]) is float
+    assert d.memory_bytes == 16 * 10**9 and type(d.memory_bytes) is int
+    assert d.memory_bandwidth == 1 and type(d.memory_bandwidth) is int  # as given
+    assert d.efficiency == {"matmul": 1.0, "conv": ((0.0, 0.5), (10.0, 1.0))}
+
+
+def test_a_file_breaking_the_efficiency_rule_names_the_path() -> None:
+    text = TOY.format(memory=4) + "efficiency = { matmul = [[1, 0.5], [0, 0.5]] }\n"
+    with pytest.raises(HardwareSpecError,
+                       match=r"^my.toml: device\[0\].efficiency.matmul: table must have finite "
+                             r"increasing thresholds and efficiencies in \(0, 1\], got "):
+        loads(text, source="my.toml")
+    with pytest.raises(HardwareSpecError, match=r"^my.toml: device\[0\].efficiency.matmul\[0\]"
+                                                r"\[1\]: expected a number <= 1, got 2$"):
+        loads(TOY.format(memory=4) + "efficiency = { matmul = [[0, 2]] }\n", source="my.toml")
