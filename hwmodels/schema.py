@@ -16,7 +16,17 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Discriminator, Field, Strict, Tag, TypeAdapter, model_validator
+import numpy as np
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Strict,
+    Tag,
+    TypeAdapter,
+    model_validator,
+)
 from typing_extensions import TypedDict, is_typeddict
 
 from hwmodels.spec import (
@@ -47,10 +57,19 @@ MAX_SHARED_MEMORY_KIB = 65_536
 
 # -- the rules, with their words --------------------------------------------------------------
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False,
-                                  description="must be a finite number > 0")]
-NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False,
-                                     description="must be a finite number >= 0")]
+
+
+def _truth_value(value: Any) -> Any:
+    """NumPy's booleans as Python's, which a number refuses (pydantic would take NumPy's as
+    0.0 and 1.0)."""
+    return bool(value) if isinstance(value, np.bool_) else value
+
+
+Number = Annotated[float, BeforeValidator(_truth_value)]
+Positive = Annotated[Number, Field(gt=0, allow_inf_nan=False,
+                                   description="must be a finite number > 0")]
+NonNegative = Annotated[Number, Field(ge=0, allow_inf_nan=False,
+                                      description="must be a finite number >= 0")]
 #: An integer count of something there is at least one of.
 Count = Annotated[int, Field(ge=1, description="must be an int >= 1")]
 Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS,
@@ -58,7 +77,7 @@ Streams = Annotated[int, Field(ge=1, le=MAX_STREAMS,
 CopyEngines = Annotated[int, Field(ge=1, le=MAX_COPY_ENGINES,
                                    description=f"must be an int in [1, {MAX_COPY_ENGINES}]")]
 #: How many times slower a host's ops run while two of its devices compute at once.
-Slowdown = Annotated[float, Field(ge=1, allow_inf_nan=False,
+Slowdown = Annotated[Number, Field(ge=1, allow_inf_nan=False,
                                   description="must be a finite number >= 1")]
 Name = Annotated[str, Field(min_length=1)]
 DeviceKind = Annotated[Literal[DEVICE_KINDS], Field(  # type: ignore[valid-type]

@@ -4,6 +4,7 @@ import itertools
 from importlib import resources
 
 import networkx as nx
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -242,6 +243,9 @@ def test_duplicate_and_disconnected_in_a_file() -> None:
     ({"peak": {}}, "peak must name at least one dtype, got none"),
     ({"peak": {"fp32": float("nan")}}, "peak.fp32 must be a finite number > 0, got nan"),
     ({"peak": {"fp32": True}}, "peak.fp32 must be a finite number > 0, got True"),
+    ({"peak": {"fp32": np.True_}}, "peak.fp32 must be a finite number > 0, got np.True_"),
+    ({"memory_bandwidth": np.bool_(True)},
+     "memory_bandwidth must be a finite number > 0, got np.True_"),
     ({"memory_bytes": -4}, "memory_bytes must be a finite number > 0, got -4"),
     ({"launch_overhead_s": float("inf")},
      "launch_overhead_s must be a finite number >= 0, got inf"),
