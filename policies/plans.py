@@ -214,14 +214,41 @@ class Plan:
         if self._orders_follow_topology():
             return  # every op listed once, on its device, in one topological order
         position = self._check_listed()
-        for edge in self.graph.edges():
-            for device in self.devices_of(edge.dst):
-                if device in self.devices_of(edge.src) and \
-                        position[edge.src, device] > position[edge.dst, device]:
-                    raise PlacementError(
-                        f"plan: op {edge.dst!r} on device {device!r} is ordered before its "
-                        f"producer {edge.src!r}")
+        if self.device_groups:
+            for edge in self.graph.edges():
+                for device in self.devices_of(edge.dst):
+                    if device in self.devices_of(edge.src) and \
+                            position[edge.src, device] > position[edge.dst, device]:
+                        self._ordered_before(edge.src, edge.dst, device)
+        else:
+            self._check_producers_first()
         self._check_deadlock()
+
+    def _ordered_before(self, producer: str, reader: str, device: str) -> None:
+        raise PlacementError(f"plan: op {reader!r} on device {device!r} is ordered before "
+                             f"its producer {producer!r}")
+
+    def _places(self) -> np.ndarray:
+        """Each op's place in its device's order, by graph position (ops on one device
+        each)."""
+        a = self.graph.arrays
+        place = np.zeros(len(a.names), np.int64)
+        for ops in self.order.values():
+            ids = np.fromiter(map(a.position.__getitem__, ops), np.int64, len(ops))
+            place[ids] = np.arange(len(ids))
+        return place
+
+    def _check_producers_first(self) -> None:
+        """No op is ordered before a producer on its own device (each op on one device)."""
+        a = self.graph.arrays
+        place = self._places()
+        codes = self.device_codes(self.devices)
+        src, dst = a.edge_src, a.edge_dst
+        bad = np.flatnonzero((codes[src] == codes[dst]) & (place[src] > place[dst]))
+        if len(bad):
+            k = int(bad[0])
+            self._ordered_before(a.names[src[k]], a.names[dst[k]],
+                                 self.devices[int(codes[src[k]])])
 
     def _orders_follow_topology(self) -> bool:
         """Whether each device lists exactly its own ops, each once, in increasing order of
@@ -265,6 +292,22 @@ class Plan:
         return position
 
     def _check_deadlock(self) -> None:
+        """The graph's edges and each device's order leave no cycle: then every strongly
+        connected component (scipy's, compiled) is one op; networkx names a cycle when not."""
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        a = self.graph.arrays
+        src, dst = [a.edge_src], [a.edge_dst]
+        for ops in self.order.values():
+            ids = np.fromiter(map(a.position.__getitem__, ops), np.int64, len(ops))
+            src.append(ids[:-1])
+            dst.append(ids[1:])
+        n = len(a.names)
+        links = coo_matrix((np.ones(sum(map(len, src)), np.int8),
+                            (np.concatenate(src), np.concatenate(dst))), shape=(n, n))
+        if connected_components(links.tocsr(), directed=True, connection="strong")[0] == n:
+            return
         g = self.graph.to_networkx()
         for ops in self.order.values():
             g.add_edges_from(itertools.pairwise(ops))
