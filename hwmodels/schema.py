@@ -104,7 +104,9 @@ Bytes = Annotated[Positive, AfterValidator(_whole_bytes)]
 
 _TABLE = "table must have finite increasing thresholds and efficiencies in (0, 1]"
 #: One row of an efficiency table: ``[size_threshold, efficiency]`` (a list or a tuple).
-Row = Annotated[tuple[Annotated[float, Strict()], Annotated[float, Strict(), Field(gt=0, le=1)]],
+Row = Annotated[tuple[Annotated[float, BeforeValidator(_truth_value), Strict()],
+                      Annotated[float, BeforeValidator(_truth_value), Strict(),
+                                Field(gt=0, le=1)]],
                 Strict(False)]
 
 

@@ -43,13 +43,27 @@ GPU_ARCHITECTURES: tuple[str, ...] = ("maxwell", "pascal", "volta", "turing", "a
 Efficiency = float | tuple[tuple[float, float], ...]
 
 
+def _numpy_scalar(value: Any) -> bool:
+    """A NumPy scalar, known without importing NumPy (``import hwmodels`` stays light)."""
+    return type(value).__module__ == "numpy" and hasattr(value, "item")
+
+
+def _plain_numbers(spec: Any, *names: str) -> None:
+    """A NumPy number among ``names`` (checked) as the Python number it holds, so the spec
+    writes out and hashes as any other; Python numbers stay as given."""
+    for name in names:
+        value = getattr(spec, name)
+        if _numpy_scalar(value):
+            object.__setattr__(spec, name, value.item())
+
+
 def _plain(value: Any) -> Any:
     """Mappings and tuples as dicts and lists (JSON values), recursively."""
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, tuple | list):
         return [_plain(v) for v in value]
-    return value
+    return value.item() if _numpy_scalar(value) else value
 
 
 def _fail(owner: str, message: str) -> HardwareSpecError:
@@ -182,6 +196,7 @@ class Device:
             "efficiency": self.efficiency}, owner)
         object.__setattr__(self, "peak", MappingProxyType(valid["peak"]))
         object.__setattr__(self, "memory_bytes", valid["memory_bytes"])
+        _plain_numbers(self, "memory_bandwidth", "launch_overhead_s")
         object.__setattr__(self, "efficiency", MappingProxyType(valid["efficiency"]))
         object.__setattr__(self, "model", self.model or self.name)
         self._check_gpu(owner)
@@ -255,6 +270,7 @@ class Link:
         owner = f"link {self.name!r}"
         _checked("LinkRules", {"bandwidth": self.bandwidth, "latency_s": self.latency_s,
                                "duplex": self.duplex}, owner)
+        _plain_numbers(self, "bandwidth", "latency_s")
         if self.a == self.b:
             raise _fail(owner, f"must join two different nodes, got {self.a!r} twice")
 
@@ -302,7 +318,8 @@ class Cluster:
         object.__setattr__(self, "links", tuple(self.links))
         object.__setattr__(self, "switches", tuple(self.switches))
         object.__setattr__(self, "hosts", MappingProxyType(dict(self.hosts)))
-        object.__setattr__(self, "host_slowdown", MappingProxyType(dict(self.host_slowdown)))
+        object.__setattr__(self, "host_slowdown", MappingProxyType(
+            {h: _plain(v) for h, v in self.host_slowdown.items()}))
         self._validate()
 
     def __hash__(self) -> int:

@@ -304,7 +304,7 @@ class Plan:
             src.append(ids[:-1])
             dst.append(ids[1:])
         n = len(a.names)
-        links = coo_matrix((np.ones(sum(map(len, src)), np.int8),
+        links = coo_matrix((np.ones(sum(map(len, src)), bool),
                             (np.concatenate(src), np.concatenate(dst))), shape=(n, n))
         if connected_components(links.tocsr(), directed=True, connection="strong")[0] == n:
             return

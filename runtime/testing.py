@@ -39,9 +39,12 @@ __all__ = ["CHECKS", "Check", "ConformanceError", "check_engine", "parametrize_w
 
 
 def _make(source: str) -> Engine:
+    """The engine of ``source``, with two devices unless the spec says how many."""
     name, _, rest = source.partition(":")
-    params = "devices=2" + ("," + rest if rest else "")
-    engine: Engine = ENGINES.make(f"{name}:{params}")
+    given = [part for part in rest.split(",") if part]
+    if not any(part.partition("=")[0].strip() == "devices" for part in given):
+        given.insert(0, "devices=2")
+    engine: Engine = ENGINES.make(f"{name}:{','.join(given)}")
     return engine
 
 

@@ -41,6 +41,7 @@ from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
+from workloads.errors import PlacementError
 
 __all__ = ["DeltaEvaluator", "divergence"]
 
@@ -156,9 +157,12 @@ class DeltaEvaluator:
                  order: str = "plan", snapshots: int = 16, keep: int = 4) -> None:
         require(order, ORDER_REGISTRY, ORDERS, "evaluator", "order")
         require(links, LINK_REGISTRY, LINK_MODELS, "evaluator", "links")
+        for name, value in (("snapshots", snapshots), ("keep", keep)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise PlacementError(f"evaluator: {name} must be an int >= 1, got {value!r}")
         cost.check_cluster(cluster, "evaluator")
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
-        self.n_snapshots, self.keep = max(1, snapshots), max(1, keep)
+        self.n_snapshots, self.keep = snapshots, keep
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
         self.delta = (order == "plan" and type(self.part) in _LINKS
@@ -371,9 +375,13 @@ def _restore_links(links: Any, state: Any) -> None:
         links.link_free = dict(state)
     elif isinstance(links, FairSharing):
         flows, channels, engines, waiting, booked, soonest = state
+        # a flow active at the snapshot is a transfer both plans make, on the same route
         index = {name: i for i, name in enumerate(links.channels)}
-        links.flows.restore(flows, np.array([index.get(c, -1) for c in channels],
-                                            dtype=np.int64))
+        here = np.array([index.get(c, -1) for c in channels], dtype=np.int64)
+        if any(here[c] < 0 for c in flows.members):
+            raise AssertionError("delta simulation: a snapshot's flow crosses a channel the "
+                                 "restored run lacks")
+        links.flows.restore(flows, here)
         for mine, theirs in zip(links.free_engines, engines, strict=True):
             mine[:] = theirs
         for queue, theirs in zip(links.waiting, waiting, strict=True):
