@@ -92,7 +92,8 @@ def check_outputs(args: argparse.Namespace) -> None:
 
 
 def _registries() -> dict[str, Any]:
-    """The plug-in registries ``placelab list`` shows with their parameters."""
+    """The plug-in registries ``placelab list`` shows, with their parameters on request."""
+    from hwmodels.cost import COST_MODELS
     from policies.base import POLICIES
     from runtime.engine import ENGINES
     from sim.options import LINK_REGISTRY, ORDER_REGISTRY
@@ -100,15 +101,8 @@ def _registries() -> dict[str, Any]:
     from workloads.passes import PASSES
 
     return {"policies": POLICIES, "sharing": SHARING, "passes": PASSES, "engines": ENGINES,
-            "link-models": LINK_REGISTRY, "issue-orders": ORDER_REGISTRY}
-
-
-def _plain_registries() -> dict[str, Any]:
-    """The plug-in registries ``placelab list`` shows by name only (a cost model is made
-    for a cluster, from a file where it reads one, and declares no parameters)."""
-    from hwmodels.cost import COST_MODELS
-
-    return {"cost-models": COST_MODELS}
+            "link-models": LINK_REGISTRY, "issue-orders": ORDER_REGISTRY,
+            "cost-models": COST_MODELS}
 
 
 def cmd_list(args: argparse.Namespace) -> None:
@@ -118,8 +112,7 @@ def cmd_list(args: argparse.Namespace) -> None:
     registries = _registries()
     listing: dict[str, Callable[[], list[str]]] = {
         "models": list_models, "devices": list_devices, "clusters": list_clusters,
-        **{what: registry.names
-           for what, registry in (registries | _plain_registries()).items()},
+        **{what: registry.names for what, registry in registries.items()},
     }
     if args.params and args.what not in registries:
         raise PlacelabError(f"list {args.what}: --params lists the parameters of "

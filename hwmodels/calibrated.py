@@ -46,6 +46,7 @@ from hwmodels.spec import Cluster, Device
 from workloads.errors import HardwareSpecError
 from workloads.graph import Graph
 from workloads.op import Op
+from workloads.params import Param
 
 if TYPE_CHECKING:
     from hwmodels.profiles import ProfileView
@@ -76,11 +77,14 @@ class CalibratedCost(RooflineCost):
     'roofline'
     """
 
+    params = (Param("file", "str", None, optional=True, doc="the calibration file read"),)
+
     def __init__(self, cluster: Cluster, file: str | Path, *,
                  profiles: str | Path | None = DEFAULT) -> None:
         from workloads.io import read_text
 
         super().__init__(cluster)
+        self.file: str | None = str(file)
         self._load(read_text(file, HardwareSpecError, "hardware file"), str(file), profiles)
 
     @classmethod
@@ -89,6 +93,7 @@ class CalibratedCost(RooflineCost):
         """The model of a calibration held in ``text`` (TOML)."""
         model = cls.__new__(cls)
         RooflineCost.__init__(model, cluster)
+        model.file = None
         model._load(text, source, profiles)
         return model
 

@@ -11,11 +11,13 @@ never schedules. Models register by name (entry point group ``placelab.cost_mode
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from statistics import fmean
+from typing import Self
 
 import numpy as np
 
@@ -24,6 +26,8 @@ from workloads.dtypes import DTYPE_BYTES, OP_CLASSES
 from workloads.errors import HardwareSpecError, UnsupportedOp
 from workloads.graph import Graph, Op
 from workloads.op import window_work
+from workloads.params import Param
+from workloads.plugin import Plugin
 from workloads.registry import Registry
 
 #: Op -> device name, or device indices in ``graph.arrays`` order.
@@ -34,18 +38,32 @@ __all__ = ["COST_MODELS", "CostModel", "RooflineCost", "TableCost", "interpolate
            "window_positions"]
 
 
-class CostModel(ABC):
+class CostModel(Plugin, ABC):
     """Times of ops and transfers on one cluster, in seconds.
 
     Subclasses implement :meth:`op_time`. The default :meth:`transfer_time` charges the
     route's summed latency plus the bytes at the route's bottleneck bandwidth (the whole path
     is held at that rate, as the simulator does). A model whose transfer time depends on the
     tensor, not only its size, overrides :meth:`tensor_transfer_time`.
+
+    A plug-in (:class:`workloads.plugin.Plugin`) bound to its cluster when built: the file a
+    model reads is its declared parameter ``file`` (``make_cost_model("table:file=t.toml",
+    cluster)``; ``placelab list cost-models --params``), shown by ``repr`` and
+    ``get_params``; :meth:`clone` is the same model on the same cluster.
     """
+
+    family = "cost model"
+    error = HardwareSpecError
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self._affine: dict[tuple[str, ...], tuple[float, float]] = {}
+
+    def clone(self) -> Self:
+        """The same model on the same cluster (what it read is shared: it is read-only)."""
+        twin = copy.copy(self)
+        twin._affine = {}
+        return twin
 
     @classmethod
     def create(cls, cluster: Cluster, file: str | Path | None = None) -> CostModel:
@@ -320,10 +338,13 @@ class TableCost(CostModel):
     """
 
     source_name = "table"
+    params = (Param("file", "str", None, optional=True,
+                    doc="the TOML table read (None: built from mappings in Python)"),)
 
     def __init__(self, cluster: Cluster, op_times: Mapping[str, Mapping[str, float]],
                  transfer_times: Mapping[str, float] | None = None) -> None:
         super().__init__(cluster)
+        self.file: str | None = None
         for name, table in (("op_time_s", op_times), ("transfer_time_s", transfer_times)):
             if table is not None and not isinstance(table, Mapping):
                 raise HardwareSpecError(f"table: {name} must be a mapping, got "
@@ -354,9 +375,11 @@ class TableCost(CostModel):
         data = load_toml(text, source=str(file), error=HardwareSpecError)
         doc = validate(CostTableDocument, data, source=str(file), error=HardwareSpecError)
         try:
-            return cls(cluster, doc.op_time_s, doc.transfer_time_s)
+            made = cls(cluster, doc.op_time_s, doc.transfer_time_s)
         except HardwareSpecError as err:
             raise HardwareSpecError(f"{file}: {err}") from None
+        made.file = str(file)
+        return made
 
     def op_time(self, op: Op, device: str) -> float:
         try:
@@ -387,6 +410,20 @@ COST_MODELS.register("table", TableCost)
 
 
 def make_cost_model(name: str, cluster: Cluster, file: str | Path | None = None) -> CostModel:
-    """The registered cost model ``name`` bound to ``cluster`` (``file`` for those that
-    read one: ``table`` and ``calibrated``)."""
-    return COST_MODELS.get(name).create(cluster, file)
+    """The registered cost model ``name`` (or spec ``name:file=PATH``) bound to ``cluster``;
+    ``file`` for those that read one (``table``, ``calibrated``; ``gpu`` reads the fitted
+    GPU model shipped with placelab unless given another).
+
+    >>> from hwmodels.registry import get_cluster
+    >>> make_cost_model("roofline", get_cluster("workstation"))
+    RooflineCost()
+    """
+    from workloads.params import parse_spec
+
+    cls = COST_MODELS.get(name.partition(":")[0])
+    _, given = parse_spec(name, cls.params, what="cost model", error=HardwareSpecError)
+    named = given.get("file")
+    if named is not None and file is not None and str(named) != str(file):
+        raise HardwareSpecError(f"cost model {cls.__name__}: expected one file, got "
+                                f"{named!r} in its spec and {str(file)!r} beside it")
+    return cls.create(cluster, file if file is not None else named)

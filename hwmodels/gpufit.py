@@ -43,6 +43,7 @@ from hwmodels.spec import Cluster, Device
 from workloads.errors import HardwareSpecError
 from workloads.graph import Graph
 from workloads.op import Op
+from workloads.params import Param
 from workloads.schema import Schema
 
 __all__ = ["GPU_PREDICTOR_FILE", "GpuCost", "Measured", "cross_validate", "fit_gpu_predictor",
@@ -342,8 +343,12 @@ class GpuCost(RooflineCost):
     True
     """
 
+    params = (Param("file", "str", None, optional=True,
+                    doc="a fitted GPU model (None: the one shipped with placelab)"),)
+
     def __init__(self, cluster: Cluster, file: str | Path | None = None) -> None:
         super().__init__(cluster)
+        self.file: str | None = None if file is None else str(file)
         self.alone = load_gpu_predictor(Path(file) if file else GPU_PREDICTOR_FILE)
         self.predictor = in_graph(self.alone)
 

@@ -155,12 +155,38 @@ def check_mean_transfer(source: CostSource) -> None:
                  f"[{min(pairs)}, {max(pairs)}]")
 
 
+def check_declares_parameters(source: CostSource) -> None:
+    """``get_params`` shows the declared parameters; ``clone`` is the same model on the same
+    cluster, pricing every op alike; ``repr`` names the class."""
+    cluster, graph = _cluster(), _graph()
+    cost = _make(source, cluster)
+    params = cost.get_params()
+    declared = {p.name for p in cost.params}
+    _require(set(params) == declared, f"{_label(source)}: get_params gave {sorted(params)}, "
+                                      f"it declares {sorted(declared)}")
+    twin = cost.clone()
+    _require(type(twin) is type(cost) and twin is not cost and twin.cluster is cost.cluster
+             and twin.get_params() == params,
+             f"{_label(source)}: clone gave {twin!r} for {cost!r}")
+    for op in graph:
+        for device in cluster.device_names:
+            try:
+                mine = cost.op_time(op, device)
+            except UnsupportedOp:
+                continue
+            _require(twin.op_time(op, device) == mine,
+                     f"{_label(source)}: its clone prices {op.name!r} on {device!r} otherwise")
+    _require(repr(cost).startswith(type(cost).__name__ + "("),
+             f"{_label(source)}: repr {cost!r} does not name its class")
+
+
 CHECKS: tuple[Check[CostSource], ...] = (
     Check("finite_times", check_finite_times),
     Check("vector_equals_scalar", check_vector_equals_scalar),
     Check("unsupported_dtype", check_unsupported_dtype),
     Check("transfers", check_transfers),
     Check("mean_transfer", check_mean_transfer),
+    Check("declares_parameters", check_declares_parameters),
 )
 
 

@@ -263,10 +263,13 @@ def test_list_shows_engines_link_models_issue_orders_and_cost_models(capsys) -> 
     assert main(["list", "link-models", "--params", "--json"]) == 0
     params = json.loads(capsys.readouterr().out)["params"]
     assert params["fcfs"] == [] and params["fair"][0]["name"] == "scan_up_to"
-    assert main(["list", "cost-models", "--params"]) == 2
+    assert main(["list", "cost-models", "--params", "--json"]) == 0
+    params = json.loads(capsys.readouterr().out)["params"]
+    assert params["roofline"] == [] and params["table"][0]["name"] == "file"
+    assert main(["list", "models", "--params"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "placelab: error: list cost-models: --params lists the parameters of policies, "
-        "sharing, passes, engines, link-models, issue-orders; cost-models have none")
+        "placelab: error: list models: --params lists the parameters of policies, sharing, "
+        "passes, engines, link-models, issue-orders, cost-models; models have none")
 
 
 def test_simulate_pipelines_a_training_step(capsys) -> None:
