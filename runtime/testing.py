@@ -23,12 +23,12 @@ part is made from its spec and rebuilt by ``clone`` with the same parameters.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from runtime.engine import ENGINES, Engine, EngineUnavailable, NumpyEngine
-from workloads.conformance import Check, ConformanceError, run_checks
+from workloads.conformance import Check, ConformanceError, require_plugin_contract, run_checks
 from workloads.conformance import require as _require
 
 if TYPE_CHECKING:
@@ -103,14 +103,7 @@ def check_computes_as_numpy(source: str) -> None:
 
 
 def check_declares_parameters(source: str) -> None:
-    engine = _make(source)
-    declared = {p.name for p in engine.params}
-    params: dict[str, Any] = engine.get_params()
-    _require(set(params) == declared, f"engine {source!r}: get_params gave {sorted(params)}, "
-                                      f"it declares {sorted(declared)}")
-    twin = engine.clone()
-    _require(type(twin) is type(engine) and twin.get_params() == params,
-             f"engine {source!r}: clone gave {twin!r} for {engine!r}")
+    require_plugin_contract(_make(source), f"engine {source!r}")
 
 
 CHECKS: tuple[Check[str], ...] = (

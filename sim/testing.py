@@ -42,7 +42,13 @@ from policies.base import plan
 from policies.plans import Plan
 from sim.engine import simulate
 from sim.options import LINK_REGISTRY, ORDER_REGISTRY
-from workloads.conformance import Check, ConformanceError, parametrize, run_checks
+from workloads.conformance import (
+    Check,
+    ConformanceError,
+    parametrize,
+    require_plugin_contract,
+    run_checks,
+)
 from workloads.conformance import require as _require
 from workloads.graph import Graph
 from workloads.op import Op, Tensor
@@ -174,16 +180,7 @@ def check_deterministic(source: str, family: str = "link model") -> None:
 
 def check_declares_parameters(source: str, family: str = "link model") -> None:
     registry = LINK_REGISTRY if family == "link model" else ORDER_REGISTRY
-    part = registry.make(source)
-    declared = {p.name for p in part.params}
-    params = part.get_params()
-    _require(set(params) == declared, f"{family} {source!r}: get_params gave {sorted(params)}, "
-                                      f"it declares {sorted(declared)}")
-    twin = part.clone()
-    _require(type(twin) is type(part) and twin.get_params() == params,
-             f"{family} {source!r}: clone gave {twin!r} for {part!r}")
-    _require(repr(part).startswith(type(part).__name__ + "("),
-             f"{family} {source!r}: repr {part!r} does not name its class")
+    require_plugin_contract(registry.make(source), f"{family} {source!r}")
 
 
 # -- issue orders ----------------------------------------------------------------------------------
@@ -300,14 +297,7 @@ def check_sharing_deterministic(source: str) -> None:
 def check_sharing_parameters(source: str) -> None:
     from sim.sharing import SHARING
 
-    policy = SHARING.make(source)
-    declared = {p.name for p in policy.params}
-    params = policy.get_params()
-    _require(set(params) == declared, f"sharing policy {source!r}: get_params gave "
-                                      f"{sorted(params)}, it declares {sorted(declared)}")
-    twin = policy.clone()
-    _require(type(twin) is type(policy) and twin.get_params() == params,
-             f"sharing policy {source!r}: clone gave {twin!r} for {policy!r}")
+    require_plugin_contract(SHARING.make(source), f"sharing policy {source!r}")
 
 
 LINK_CHECKS: tuple[Check[str], ...] = (

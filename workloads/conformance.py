@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 if TYPE_CHECKING:
     from _pytest.mark import MarkDecorator
 
-__all__ = ["Check", "ConformanceError", "parametrize", "require", "run_checks"]
+__all__ = ["Check", "ConformanceError", "parametrize", "require", "require_plugin_contract",
+           "run_checks"]
 
 S = TypeVar("S")
 
@@ -27,6 +28,22 @@ def require(condition: bool, message: str) -> None:
     """Fail the check with ``message`` (not an ``assert``: it must hold under ``-O`` too)."""
     if not condition:
         raise ConformanceError(message)
+
+
+def require_plugin_contract(member: Any, label: str) -> None:
+    """What every family's ``declares_parameters`` check shares for a built member
+    (:class:`workloads.plugin.Plugin`): ``get_params`` shows exactly the declared
+    parameters, ``clone`` is a new member of the same class with the same ones, and ``repr``
+    names the class. ``label`` names the member in the message."""
+    params = member.get_params()
+    declared = {p.name for p in member.params}
+    require(set(params) == declared, f"{label}: get_params gave {sorted(params)}, it declares "
+                                     f"{sorted(declared)}")
+    twin = member.clone()
+    require(type(twin) is type(member) and twin is not member and twin.get_params() == params,
+            f"{label}: clone gave {twin!r} for {member!r}")
+    require(repr(member).startswith(type(member).__name__ + "("),
+            f"{label}: repr {member!r} does not name its class")
 
 
 def _always(_: Any) -> bool:

@@ -22,23 +22,15 @@ from workloads.errors import PlacementError
 
 
 def moved(p: Plan, rng: np.random.Generator, devices: tuple[str, ...]) -> Plan:
-    """``p`` with one op on another device or two ops' devices swapped (each device's order
-    drawn again from the graph's priorities), or two neighbours in one device's order that
-    do not feed each other swapped."""
-    names = list(p.graph.names)
+    """``p`` with two neighbours in one device's order that do not feed each other swapped
+    (where such a swap keeps the devices from waiting on each other), or else one op on
+    another device or two ops' devices swapped, each device's order drawn again from the
+    graph's priorities."""
     draw = rng.random()
-    if draw < 0.3:
-        busy = [d for d, ops in p.order.items() if len(ops) > 1]
-        if busy:
-            device = busy[int(rng.integers(len(busy)))]
-            ops = list(p.order[device])
-            i = int(rng.integers(len(ops) - 1))
-            if ops[i] not in p.graph.predecessors(ops[i + 1]):
-                ops[i], ops[i + 1] = ops[i + 1], ops[i]
-                try:
-                    return Plan(p.graph, dict(p.placement), {**p.order, device: ops})
-                except PlacementError:  # the swap makes devices wait on each other
-                    pass
+    swapped = reordered(p, rng) if draw < 0.3 else None
+    if swapped is not None:
+        return swapped
+    names = list(p.graph.names)
     placement = dict(p.placement)
     a = names[int(rng.integers(len(names)))]
     if draw < 0.5:
@@ -47,6 +39,24 @@ def moved(p: Plan, rng: np.random.Generator, devices: tuple[str, ...]) -> Plan:
     else:
         placement[a] = devices[int(rng.integers(len(devices)))]
     return Plan(p.graph, placement, order_by_priority(p.graph, placement))
+
+
+def reordered(p: Plan, rng: np.random.Generator) -> Plan | None:
+    """``p`` with two neighbours swapped in one device's order; None where the draw finds no
+    such swap that keeps the plan valid."""
+    busy = [d for d, ops in p.order.items() if len(ops) > 1]
+    if not busy:
+        return None
+    device = busy[int(rng.integers(len(busy)))]
+    ops = list(p.order[device])
+    i = int(rng.integers(len(ops) - 1))
+    if ops[i] in p.graph.predecessors(ops[i + 1]):
+        return None
+    ops[i], ops[i + 1] = ops[i + 1], ops[i]
+    try:
+        return Plan(p.graph, dict(p.placement), {**p.order, device: ops})
+    except PlacementError:  # the swap makes devices wait on each other
+        return None
 
 
 def score(p: Plan, cluster: Cluster, cost: object, links: str) -> float:
