@@ -214,6 +214,7 @@ class Plan:
         if self._orders_follow_topology():
             return  # every op listed once, on its device, in one topological order
         position = self._check_listed()
+        chains = self._order_ids()
         if self.device_groups:
             for edge in self.graph.edges():
                 for device in self.devices_of(edge.dst):
@@ -221,27 +222,25 @@ class Plan:
                             position[edge.src, device] > position[edge.dst, device]:
                         self._ordered_before(edge.src, edge.dst, device)
         else:
-            self._check_producers_first()
-        self._check_deadlock()
+            self._check_producers_first(chains)
+        self._check_deadlock(chains)
 
     def _ordered_before(self, producer: str, reader: str, device: str) -> None:
         raise PlacementError(f"plan: op {reader!r} on device {device!r} is ordered before "
                              f"its producer {producer!r}")
 
-    def _places(self) -> np.ndarray:
-        """Each op's place in its device's order, by graph position (ops on one device
-        each)."""
-        a = self.graph.arrays
-        place = np.zeros(len(a.names), np.int64)
-        for ops in self.order.values():
-            ids = np.fromiter(map(a.position.__getitem__, ops), np.int64, len(ops))
-            place[ids] = np.arange(len(ids))
-        return place
+    def _order_ids(self) -> list[np.ndarray]:
+        """Each device's order as the graph positions of its ops."""
+        position = self.graph.arrays.position
+        return [np.fromiter(map(position.__getitem__, ops), np.int64, len(ops))
+                for ops in self.order.values()]
 
-    def _check_producers_first(self) -> None:
+    def _check_producers_first(self, chains: list[np.ndarray]) -> None:
         """No op is ordered before a producer on its own device (each op on one device)."""
         a = self.graph.arrays
-        place = self._places()
+        place = np.zeros(len(a.names), np.int64)  # each op's place in its device's order
+        for ids in chains:
+            place[ids] = np.arange(len(ids))
         codes = self.device_codes(self.devices)
         src, dst = a.edge_src, a.edge_dst
         bad = np.flatnonzero((codes[src] == codes[dst]) & (place[src] > place[dst]))
@@ -291,18 +290,16 @@ class Plan:
                                          f"missing from that device's order")
         return position
 
-    def _check_deadlock(self) -> None:
-        """The graph's edges and each device's order leave no cycle: then every strongly
-        connected component (scipy's, compiled) is one op; networkx names a cycle when not."""
+    def _check_deadlock(self, chains: list[np.ndarray]) -> None:
+        """The graph's edges and each device's order (``chains``, as graph positions) leave
+        no cycle: then every strongly connected component (scipy's, compiled) is one op;
+        networkx names a cycle when not."""
         from scipy.sparse import coo_matrix
         from scipy.sparse.csgraph import connected_components
 
         a = self.graph.arrays
-        src, dst = [a.edge_src], [a.edge_dst]
-        for ops in self.order.values():
-            ids = np.fromiter(map(a.position.__getitem__, ops), np.int64, len(ops))
-            src.append(ids[:-1])
-            dst.append(ids[1:])
+        src = [a.edge_src, *(ids[:-1] for ids in chains)]
+        dst = [a.edge_dst, *(ids[1:] for ids in chains)]
         n = len(a.names)
         links = coo_matrix((np.ones(sum(map(len, src)), bool),
                             (np.concatenate(src), np.concatenate(dst))), shape=(n, n))

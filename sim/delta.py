@@ -27,7 +27,7 @@ other than ``fcfs``, ``fair`` and ``none``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -227,8 +227,7 @@ class DeltaEvaluator:
     def _result(self, run: Simulation, plan: Plan, snapshots: list[_Snapshot]) -> float:
         start = np.asarray(run.start, dtype=float)
         end = start + np.asarray(run.op_time, dtype=float)
-        self.kept = [*self.kept[-(self.keep - 1):], _Kept(plan, start, end, snapshots)] \
-            if self.keep > 1 else [_Kept(plan, start, end, snapshots)]
+        self.kept = [*self.kept, _Kept(plan, start, end, snapshots)][-self.keep:]
         if sum(run.next) < len(run.names) or any(
                 p > c for p, c in zip(run.peak, run.capacity, strict=True)):
             return math.inf
@@ -317,8 +316,6 @@ class DeltaEvaluator:
 def _restack(w: Wiring, slot: np.ndarray, size: int) -> tuple[Wiring, np.ndarray]:
     """``w`` with transfer ``k`` renumbered ``slot[k]`` among ``size`` (the others empty:
     no route, no readers, never started), and each slot's place in ``w``'s order."""
-    from dataclasses import replace
-
     n_tensors = len(w.key_bytes) - len(w.t_src)
 
     def scatter(column: np.ndarray) -> np.ndarray:
