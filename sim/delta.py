@@ -256,9 +256,9 @@ class DeltaEvaluator:
         w = wire(plan, self.cluster, self.cost)
         key = w.t_key * len(self.devices) + w.t_dst  # one transfer per (tensor, device)
         found = np.searchsorted(self.known, key)
-        new = (found == len(self.known)) | (self.known[np.minimum(found, len(self.known) - 1)]
-                                            != key) if len(self.known) else np.ones(len(key),
-                                                                                    bool)
+        seen = found < len(self.known)
+        seen[seen] = self.known[found[seen]] == key[seen]
+        new = ~seen
         if new.any():  # slots for transfers no plan had: numbered after every other
             fresh = np.unique(key[new])
             self.known_slot = np.concatenate((self.known_slot,
