@@ -298,7 +298,6 @@ def cmd_hw_remove(args: argparse.Namespace) -> None:
 def cmd_simulate(args: argparse.Namespace) -> None:
     from hwmodels.cost import make_cost_model
     from hwmodels.registry import get_cluster
-    from policies.bounds import lower_bound
 
     if not args.model and not args.graph:
         raise PlacelabError("simulate: expected --model NAME or --graph FILE, got neither")
@@ -317,13 +316,12 @@ def cmd_simulate(args: argparse.Namespace) -> None:
     cluster = get_cluster(args.cluster)
     cost = make_cost_model(args.cost, cluster, args.cost_file)
     how = _parallel if parallel else _placed
-    graph, p, result, rounds, order = how(args, cluster, cost)
+    graph, p, result, rounds, order, bound = how(args, cluster, cost)
     policy = args.policy or p.policy
     if args.trace:
         result.write_chrome_trace(args.trace)
     if args.gantt:
         result.write_gantt(args.gantt, title=f"{graph.name} on {cluster.name}, {policy}")
-    bound = lower_bound(graph, cluster, cost)
     data = {"model": graph.name, "batch": args.batch if not args.graph else None,
             "cluster": cluster.name, "policy": policy, "cost_model": args.cost,
             "order": order, "links": args.links, "placement_s": p.placement_s,
@@ -360,8 +358,10 @@ def cmd_simulate(args: argparse.Namespace) -> None:
 
 def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
     """The graph placed by ``--policy`` and simulated: the run a sweep's cell is
-    (:func:`experiments.runspec.simulate_spec`), or with ``--repair`` rounds."""
+    (:func:`experiments.runspec.simulate_spec`), or with ``--repair`` rounds; and the
+    lower bound of its step."""
     from policies.base import make_policy
+    from policies.bounds import lower_bound
 
     order = args.order or "plan"
     make_policy(args.policy)
@@ -371,7 +371,8 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
         graph = load_graph(args)
         repaired = repair(graph, cluster, args.policy, cost, rounds=args.repair,
                           links=args.links, order=order)
-        return graph, repaired.plan, repaired.result, repaired.rounds, order
+        return (graph, repaired.plan, repaired.result, repaired.rounds, order,
+                lower_bound(graph, cluster, cost))
     from experiments.runspec import RunSpec, simulate_spec
 
     spec = RunSpec.make(args.graph or args.model, cluster, args.policy,
@@ -381,7 +382,7 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
                         passes=tuple(pass_specs(args.passes)) if args.passes else (),
                         cost=args.cost, links=args.links, order=order)
     done = simulate_spec(spec)
-    return done.graph, done.plan, done.result, [], order
+    return done.graph, done.plan, done.result, [], order, done.lower_bound_s
 
 
 #: What a search policy reports of its run (``policies.search``).
@@ -409,7 +410,9 @@ def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:
 
 def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...]:
     """The zoo model's training step under ``--dp``, ``--pp`` and ``--tp``, simulated (with
-    communication first, ``order="priority"``, unless pipelined or ``--order`` given)."""
+    communication first, ``order="priority"``, unless pipelined or ``--order`` given); and
+    the lower bound of the step."""
+    from policies.bounds import lower_bound
     from policies.tensor_parallel import parallelize
     from sim.engine import simulate
 
@@ -422,7 +425,8 @@ def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, .
                     schedule=args.schedule, bucket_bytes=max(1, int(args.bucket_mb * 2**20)),
                     algorithm=args.algorithm, optimizer=args.optimizer)
     order = args.order or ("plan" if pp > 1 else "priority")
-    return p.graph, p, simulate(p, cluster, cost, order=order, links=args.links), [], order
+    return (p.graph, p, simulate(p, cluster, cost, order=order, links=args.links), [], order,
+            lower_bound(p.graph, cluster, cost))
 
 
 def make_engine(kind: str, devices: int) -> Any:
