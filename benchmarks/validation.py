@@ -1,7 +1,8 @@
 """How far to trust the simulator on this machine, on graphs calibration never ran.
 
-For each engine (two logical devices): calibrate it (``runtime.calibrate``, full and
-quick), draw ``--unseen N`` graphs no zoo model resembles (``runtime.unseen``: random
+For each engine (two logical devices unless ``--devices`` says otherwise; one GPU: one
+device): calibrate it (``runtime.calibrate``, full and quick, or quick alone with
+``--quick-only``), draw ``--unseen N`` graphs no zoo model resembles (``runtime.unseen``: random
 CNNs, perceptrons, transformer blocks and recurrent nets, forward passes and SGD/Adam
 steps, every free dimension on validation's side of the held-out split, and no op sharing
 a signature with what the full calibration fitted), profile each of them on one device,
@@ -17,7 +18,8 @@ simulate the same plans, predicted
 calibration ran them at (their ops' signatures were measured in context: not unseen).
 
     python -m benchmarks.validation [--engines cpu,torch] [--unseen 24] [--seed 1]
-        [--repeats 5] [--min-seconds 0.3] [--rounds 3] [--zoo] [--out F]
+        [--repeats 5] [--min-seconds 0.3] [--rounds 3] [--devices 2] [--quick-only] [--zoo]
+        [--out F]
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ from runtime.validate import order_kept, validate
 from workloads import Graph, build_model, training_graph
 
 POLICIES = ("single_device", "heft", "round_robin")
+DEVICES = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def policies(devices: int) -> tuple[str, ...]:
+    """The plans validated: on one device every policy makes the same plan."""
+    return POLICIES if devices > 1 else POLICIES[:1]
 
 
 def summary(df: pd.DataFrame, label: str, column: str) -> str:
@@ -70,10 +78,10 @@ def rows(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def _calibrated(engine_name: str, quick: bool, seed: int, folder: Path
+def _calibrated(engine_name: str, devices: int, quick: bool, seed: int, folder: Path
                 ) -> tuple[Calibration, Path, float]:
     start = time.perf_counter()
-    cal = calibrate(make_engine(engine_name, 2), quick=quick, seed=seed)
+    cal = calibrate(make_engine(engine_name, devices), quick=quick, seed=seed)
     path = cal.write(folder / f"{engine_name}{'-quick' if quick else ''}.toml")
     return cal, path, time.perf_counter() - start
 
@@ -85,25 +93,36 @@ def _heldout_line(cal: Calibration, label: str, seconds: float) -> str:
             f"{cal.samples} measurements; error on ops it never fitted: {held}")
 
 
+def _heading(engine_name: str, devices: int) -> str:
+    return f"### {engine_name} engine, {DEVICES.get(devices, devices)} logical device" + (
+        "s" if devices > 1 else "")
+
+
 def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> list[str]:
-    full, full_path, full_s = _calibrated(engine_name, False, args.seed, folder)
-    quick, quick_path, quick_s = _calibrated(engine_name, True, args.seed, folder)
+    devices = args.devices
+    if args.quick_only:  # the quick calibration stands in for the full one
+        full, full_path, full_s = _calibrated(engine_name, devices, True, args.seed, folder)
+        quick, quick_path, quick_s = full, full_path, full_s
+        calibrated = [_heldout_line(quick, "quick", quick_s)]
+    else:
+        full, full_path, full_s = _calibrated(engine_name, devices, False, args.seed, folder)
+        quick, quick_path, quick_s = _calibrated(engine_name, devices, True, args.seed, folder)
+        calibrated = [_heldout_line(full, "full", full_s),
+                      _heldout_line(quick, "quick", quick_s)]
     avoid = zoo_signatures() | full.signatures | quick.signatures
     graphs = unseen_graphs(args.unseen, seed=args.seed, avoid=avoid)
     if not graphs:  # calibrations alone (for --zoo)
-        return [f"### {engine_name} engine, two logical devices", "",
-                _heldout_line(full, "full", full_s), _heldout_line(quick, "quick", quick_s),
-                ""]
+        return [_heading(engine_name, devices), "", *calibrated, ""]
     shared = sum(len(signatures(g) & (full.signatures | quick.signatures))
                  for g in graphs.values())
-    engine = make_engine(engine_name, 2)
+    engine = make_engine(engine_name, devices)
     store = ProfileStore(folder / f"{engine_name}-profiles.sqlite")
     for graph in graphs.values():
         profile_graph(engine, graph, store, repeats=args.repeats,
                       min_seconds=args.min_seconds)
-    measured = type(engine)(devices=2, calibration=full_path)
+    measured = type(engine)(devices=devices, calibration=full_path)
     cluster = measured.cluster()
-    df = validate(measured, graphs, POLICIES, repeats=args.repeats,
+    df = validate(measured, graphs, policies(devices), repeats=args.repeats,
                   min_seconds=args.min_seconds, rounds=args.rounds,
                   speed=lambda: reference_seconds(measured) / full.reference_s,
                   cost=CalibratedCost(cluster, full_path, profiles=None),
@@ -115,16 +134,16 @@ def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> 
     df["at_speed_s"] = df["predicted_s"] * df["slower"]
     ops = sum(1 for g in graphs.values() for op in g if op.op_class != "source")
     return [
-        f"### {engine_name} engine, two logical devices", "",
-        _heldout_line(full, "full", full_s), _heldout_line(quick, "quick", quick_s),
+        _heading(engine_name, devices), "", *calibrated,
         f"- {len(graphs)} unseen graphs (seed {args.seed}), {ops} ops; ops whose signature "
         f"either calibration fitted: {shared}", "",
         "| predicted by | plans | median abs error | p90 | worst | graphs ordered as "
         "measured |", "|---|---:|---:|---:|---:|---:|",
         summary(df, "(a) calibration alone", "predicted_s"),
         summary(df, "(b) after profile, every plan", "profiled_s"),
-        summary(split, "(b) after profile, plans over two devices", "profiled_s"),
-        summary(df, "(q) quick calibration alone", "quick_s"),
+        *([summary(split, "(b) after profile, plans over two devices", "profiled_s")]
+          if devices > 1 else []),
+        *([] if args.quick_only else [summary(df, "(q) quick calibration alone", "quick_s")]),
         summary(steady, "(a) on the plans whose turns agree within 5%", "predicted_s"),
         summary(steady, "(b) on the plans whose turns agree within 5%", "profiled_s"),
         summary(df, "(a) scaled by the machine's speed during validation", "at_speed_s"), "",
@@ -147,10 +166,10 @@ def zoo_graphs() -> dict[str, Graph]:
 
 
 def zoo_section(engine_name: str, args: argparse.Namespace, folder: Path) -> list[str]:
-    path = folder / f"{engine_name}.toml"
-    engine = make_engine(engine_name, 2)
-    measured = type(engine)(devices=2, calibration=path)
-    df = validate(measured, zoo_graphs(), POLICIES, repeats=args.repeats,
+    path = folder / f"{engine_name}{'-quick' if args.quick_only else ''}.toml"
+    engine = make_engine(engine_name, args.devices)
+    measured = type(engine)(devices=args.devices, calibration=path)
+    df = validate(measured, zoo_graphs(), policies(args.devices), repeats=args.repeats,
                   min_seconds=args.min_seconds, rounds=args.rounds,
                   cost=CalibratedCost(measured.cluster(), path, profiles=None))
     return [f"### {engine_name} engine: zoo models at other batch sizes (not unseen)", "",
@@ -170,6 +189,10 @@ def main() -> None:
                         help="run a short plan more often, to this much time in all")
     parser.add_argument("--rounds", type=int, default=3,
                         help="run every plan in this many turns over the whole run")
+    parser.add_argument("--devices", type=int, default=2,
+                        help="logical devices of each engine (one: single_device plans only)")
+    parser.add_argument("--quick-only", action="store_true",
+                        help="the quick calibration alone, standing in for the full one")
     parser.add_argument("--zoo", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -177,7 +200,9 @@ def main() -> None:
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python -m benchmarks.validation --engines {args.engines} --unseen "
              f"{args.unseen} --seed {args.seed} --repeats {args.repeats} --min-seconds "
-             f"{args.min_seconds:g} --rounds {args.rounds}{' --zoo' if args.zoo else ''}", ""]
+             f"{args.min_seconds:g} --rounds {args.rounds}"
+             f"{f' --devices {args.devices}' if args.devices != 2 else ''}"
+             f"{' --quick-only' if args.quick_only else ''}{' --zoo' if args.zoo else ''}", ""]
     for name in args.engines.split(","):
         lines += unseen_section(name, args, folder)
         if args.zoo:

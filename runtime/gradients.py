@@ -106,7 +106,8 @@ def _fold(xp: Any, dcols: Array, op: Op, shape: tuple[int, int, int, int]) -> Ar
     pads = tuple(op.attrs.get("padding", (0, 0)))
     top, left, bottom, right = pads * 2 if len(pads) == 2 else pads
     ho, wo = dcols.shape[3:]
-    dx = xp.zeros((n, c, h + top + bottom, w + left + right), dtype=dcols.dtype)
+    dx = xp.zeros((n, c, h + top + bottom, w + left + right), dtype=dcols.dtype,
+                  device=_device(dcols))
     for i in range(kh):
         for j in range(kw):
             rows = slice(i, i + sh * (ho - 1) + 1, sh)
@@ -268,7 +269,7 @@ def _split(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, Array
     if rest:  # the part no piece took gets no gradient
         shape = list(x[0].shape)
         shape[axis] = rest
-        parts.append(xp.zeros(tuple(shape), dtype=parts[0].dtype))
+        parts.append(xp.zeros(tuple(shape), dtype=parts[0].dtype, device=_device(parts[0])))
     return [xp.concat(parts, axis=axis)], {}
 
 
@@ -315,7 +316,8 @@ def _embedding(xp: Any, op: Op, dy: Array, x: Sequence[Array], w: Mapping[str, A
     vocab, dim = op.attrs["vocab"], op.attrs["dim"]
     ids = xp.reshape(x[0], (-1,))
     rows = xp.reshape(dy, (-1, dim))
-    onehot = xp.astype(xp.reshape(ids, (-1, 1)) == xp.arange(vocab), rows.dtype)
+    onehot = xp.astype(xp.reshape(ids, (-1, 1)) == xp.arange(vocab, device=_device(ids)),
+                       rows.dtype)
     return [None], {"table": xp.matmul(xp.permute_dims(onehot, (1, 0)), rows)}
 
 
@@ -323,12 +325,13 @@ def cross_entropy_grad(xp: Any, probs: Array, labels: Array) -> Array:
     """Gradient of ``-mean(log probs[label])`` with respect to the probabilities (the
     zoo's heads end in a softmax, which the loss reads)."""
     classes = probs.shape[-1]
-    onehot = xp.astype(xp.reshape(labels, (*labels.shape, 1)) == xp.arange(classes),
-                       probs.dtype)
+    onehot = xp.astype(xp.reshape(labels, (*labels.shape, 1))
+                       == xp.arange(classes, device=_device(labels)), probs.dtype)
     count = math.prod(labels.shape)
     # A probability that underflowed to 0 is floored: a huge finite gradient, never NaN.
     floor = xp.finfo(probs.dtype).smallest_normal
-    return -onehot / (xp.maximum(probs, xp.asarray(floor, dtype=probs.dtype)) * count)
+    least = xp.asarray(floor, dtype=probs.dtype, device=_device(probs))
+    return -onehot / (xp.maximum(probs, least) * count)
 
 
 def sgd_update(w: Array, g: Array, *, lr: float) -> Array:

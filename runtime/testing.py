@@ -1,7 +1,8 @@
 """The conformance suite every engine must pass, built-in or third-party.
 
 An engine is given by its registered name or spec (``"cpu"``, ``"torch:devices=2"``); the
-suite builds it with two devices. Each property is a named
+suite builds it with two devices, or with one where the machine has no second (one GPU),
+and then skips, saying why, the checks that need two. Each property is a named
 :class:`~workloads.conformance.Check`; :func:`parametrize_with_checks` makes one pytest item
 per (engine, check) and skips, saying why, an engine this machine cannot run (no GPU, no
 torch)::
@@ -38,31 +39,46 @@ __all__ = ["CHECKS", "Check", "ConformanceError", "check_engine", "parametrize_w
            "unavailable"]
 
 
-def _make(source: str) -> Engine:
-    """The engine of ``source``, with two devices unless the spec says how many."""
+def _built(source: str) -> tuple[Engine, int, str]:
+    """The engine of ``source``, how many devices were asked of it, and why not two: two
+    devices unless the spec says how many, else one where two cannot be had."""
     name, _, rest = source.partition(":")
     given = [part for part in rest.split(",") if part]
-    if not any(part.partition("=")[0].strip() == "devices" for part in given):
-        given.insert(0, "devices=2")
-    engine: Engine = ENGINES.make(f"{name}:{','.join(given)}")
-    return engine
-
-
-def unavailable(source: str) -> str:
-    """Why this machine cannot run engine ``source`` ("" when it can)."""
+    if any(part.partition("=")[0].strip() == "devices" for part in given):
+        engine: Engine = ENGINES.make(source)
+        return engine, len(engine.devices), ""
     try:
-        _make(source)
+        return ENGINES.make(f"{name}:{','.join(['devices=2', *given])}"), 2, ""
+    except EngineUnavailable as err:
+        return ENGINES.make(f"{name}:{','.join(['devices=1', *given])}"), 1, str(err)
+
+
+def _make(source: str) -> Engine:
+    return _built(source)[0]
+
+
+def _two(engine: Engine) -> bool:
+    return len(engine.devices) >= 2
+
+
+def unavailable(source: str, check: Check[str] | None = None) -> str:
+    """Why this machine cannot run engine ``source`` ("" when it can), or, given a
+    ``check``, that check on it (one that needs two devices where only one can be had)."""
+    try:
+        engine, _, why_one = _built(source)
     except EngineUnavailable as err:
         return str(err)
+    if check is not None and not check.applies(engine):
+        return f"{why_one}: this check needs two devices, the engine has one here"
     return ""
 
 
 def check_devices(source: str) -> None:
-    engine = _make(source)
+    engine, asked, _ = _built(source)
     names = engine.cluster().device_names
-    _require(tuple(engine.devices) == tuple(names) and len(names) == 2,
+    _require(tuple(engine.devices) == tuple(names) and len(names) == asked,
              f"engine {source!r}: devices {engine.devices} for a cluster of {names}, "
-             f"2 asked")
+             f"{asked} asked")
 
 
 def check_round_trip(source: str) -> None:
@@ -109,16 +125,17 @@ def check_declares_parameters(source: str) -> None:
 CHECKS: tuple[Check[str], ...] = (
     Check("devices", check_devices),
     Check("round_trip", check_round_trip),
-    Check("copies", check_copies),
-    Check("computes_as_numpy", check_computes_as_numpy),
+    Check("copies", check_copies, _two),
+    Check("computes_as_numpy", check_computes_as_numpy, _two),
     Check("declares_parameters", check_declares_parameters),
 )
 
 
 def check_engine(source: str) -> None:
-    """Run every check on a registered engine's name or spec; raise one
-    :class:`ConformanceError` that lists every failure."""
-    run_checks(CHECKS, source)
+    """Run every check on a registered engine's name or spec (those that need two devices
+    only where it has two); raise one :class:`ConformanceError` that lists every failure."""
+    engine = _make(source)
+    run_checks([c for c in CHECKS if c.applies(engine)], source)
 
 
 def parametrize_with_checks(sources: Sequence[str]) -> MarkDecorator:
@@ -126,9 +143,10 @@ def parametrize_with_checks(sources: Sequence[str]) -> MarkDecorator:
     ``<engine>-<check>``, skipped with the reason where this machine cannot run it."""
     import pytest
 
-    reasons = {source: unavailable(source) for source in sources}
+    reasons = {(source, check.name): unavailable(source, check)
+               for source in sources for check in CHECKS}
     return pytest.mark.parametrize(("engine", "check"), [
         pytest.param(source, check, id=f"{source}-{check.name}",
-                     marks=(pytest.mark.skip(reason=reasons[source]),)
-                     if reasons[source] else ())
+                     marks=(pytest.mark.skip(reason=reasons[source, check.name]),)
+                     if reasons[source, check.name] else ())
         for source in sources for check in CHECKS])

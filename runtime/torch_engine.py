@@ -140,7 +140,7 @@ class TorchEngine(Engine):
     def to_device(self, host: np.ndarray, device: str) -> Any:
         import torch
 
-        return torch.tensor(host)
+        return torch.tensor(host, device="cpu")  # whatever default device the caller set
 
     def copy(self, array: Any, src: str, dst: str) -> Any:
         import torch
@@ -283,7 +283,16 @@ class TorchCudaEngine(TorchEngine):
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
+        """A run: no autograd, and FP32 products and convolutions in FP32 (the graph's
+        dtype says so; PyTorch lets cuDNN run FP32 convolutions as TF32 unless told not
+        to); the library's settings are put back after."""
         import torch
 
-        with torch.no_grad():
-            yield
+        matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+        before = matmul.allow_tf32, cudnn.allow_tf32
+        try:
+            matmul.allow_tf32 = cudnn.allow_tf32 = False
+            with torch.no_grad():
+                yield
+        finally:
+            matmul.allow_tf32, cudnn.allow_tf32 = before

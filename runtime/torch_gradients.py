@@ -209,8 +209,11 @@ def _layernorm(xp: Any, op: Op, dy: Tensor, x: Sequence[Tensor], w: Mapping[str,
 @_grad("batchnorm")
 def _batchnorm(xp: Any, op: Op, dy: Tensor, x: Sequence[Tensor], w: Mapping[str, Tensor]
                ) -> Grads:
+    # Inference statistics: no saved ones. CUDA's kernel wants them defined and empty (it
+    # then reads the running ones), where an undefined one fails its internal assertion.
+    unsaved = x[0].new_empty(0)
     dx, dscale, dshift = aten.native_batch_norm_backward(
-        dy, x[0], w["scale"], w["mean"], w["var"], None, None, False,
+        dy, x[0], w["scale"], w["mean"], w["var"], unsaved, unsaved, False,
         op.attrs.get("eps", 1e-5), [True, True, True])
     return [dx], {"scale": dscale, "shift": dshift}
 

@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from array_api_compat import device as _device
+
 from runtime.gradients import (
     GRADIENTS,
     Gradient,
@@ -206,7 +208,8 @@ def _incoming(xp: Any, forward: Op, grads: Sequence[Array], at: Sequence[int] | 
     outs: list[Array] = []
     for i, t in enumerate(forward.outputs):
         mine = [g for g, j in zip(grads, at, strict=True) if j == i]
-        outs.append(_total(mine) if mine else xp.zeros(t.shape, dtype=grads[0].dtype))
+        outs.append(_total(mine) if mine else xp.zeros(t.shape, dtype=grads[0].dtype,
+                                                        device=_device(grads[0])))
     return outs
 
 

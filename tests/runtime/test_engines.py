@@ -6,8 +6,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from runtime.engine import ENGINES, NumpyEngine, make_engine
-from runtime.testing import ConformanceError, check_engine, parametrize_with_checks
+from runtime.engine import ENGINES, EngineUnavailable, NumpyEngine, make_engine
+from runtime.testing import (
+    CHECKS,
+    ConformanceError,
+    check_engine,
+    parametrize_with_checks,
+    unavailable,
+)
 from workloads.errors import PlacelabError
 
 
@@ -56,3 +62,28 @@ def test_the_suite_catches_an_engine_that_loses_precision() -> None:
         ENGINES.unregister("lossy")
     assert "[round_trip] engine 'lossy': an array sent to 'cpu0' came back different" in str(
         caught.value)
+
+
+class OneOnly(NumpyEngine):
+    """Has one device and no second, as a machine with one GPU."""
+
+    name = "one_only"
+
+    def __init__(self, devices: int = 1, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        if devices > 1:
+            raise EngineUnavailable(f"engine 'one_only': devices must be in [1, 1], got "
+                                    f"{devices}")
+        super().__init__(devices=devices, **kwargs)
+
+
+def test_an_engine_with_one_device_here_runs_the_checks_one_device_allows() -> None:
+    ENGINES.register("one_only", OneOnly)
+    try:
+        check_engine("one_only")  # passes: the two-device checks are not run
+        reasons = {check.name: unavailable("one_only", check) for check in CHECKS}
+    finally:
+        ENGINES.unregister("one_only")
+    two = ("engine 'one_only': devices must be in [1, 1], got 2: this check needs two "
+           "devices, the engine has one here")
+    assert reasons == {"devices": "", "round_trip": "", "copies": two,
+                       "computes_as_numpy": two, "declares_parameters": ""}
