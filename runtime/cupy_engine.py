@@ -73,6 +73,14 @@ class CupyEngine(Engine):
                       for b in self.devices[i + 1:])
         return Cluster(f"cupy-{self.count}", devices, links)
 
+    def libraries(self) -> dict[str, str]:
+        """NumPy, CuPy, the CUDA runtime and the GPU: a measurement holds on these alone."""
+        cp = self.cp
+        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+        return {**super().libraries(), "cupy": cp.__version__,
+                "cuda": str(cp.cuda.runtime.runtimeGetVersion()),
+                "gpu": name.decode() if isinstance(name, bytes) else str(name)}
+
     @property
     def xp(self) -> Any:
         import array_api_compat.cupy as xp
