@@ -185,8 +185,8 @@ class TorchCudaEngine(TorchEngine):
     recorded there) and sends copies on a copy stream of its own, GPU to GPU. Uncalibrated,
     every device takes the figures of the catalog GPU its name names (an H100 where none
     matches) with its real memory, as model ``gpu-torch``; links between GPUs are an
-    assumed PCIe 25 GB/s and 10 us. Its tests skip without a GPU (it has not yet run on
-    one here).
+    assumed PCIe 25 GB/s and 10 us. FP32 graphs run in FP32 (PyTorch's TF32 shortcuts off
+    while it runs). Its tests skip without a GPU.
     """
 
     name = "torch-cuda"
