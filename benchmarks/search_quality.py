@@ -52,7 +52,7 @@ from policies.problem import model_makespan
 from policies.search import MCMC, contention_free
 from policies.testing import random_dag
 from sim import evaluator, simulate
-from workloads import build_model, training_graph
+from workloads import Graph, build_model, training_graph
 from workloads.errors import PlacementError
 
 MODELS = (("resnet50", 32), ("inception_v3", 16), ("gpt2_small", 8), ("bert_base", 8))
@@ -151,12 +151,22 @@ def part_every_start(evals: int, quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+#: Seeds of the small graphs reported against the MILP optimum (``mcmc``'s defaults were
+#: chosen on others: ``benchmarks.search_tuning.TUNING_SEEDS``).
+REPORTED_SEEDS = range(20)
+
+
+def small_graph(seed: int) -> Graph:
+    """The random DAG of 8-12 ops of ``seed``."""
+    return random_dag(8 + seed % 5, seed=seed, edge_probability=0.3)
+
+
 def part_optimum(quick: bool) -> pd.DataFrame:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     rows = []
-    for seed in range(4) if quick else range(20):
-        graph = random_dag(8 + seed % 5, seed=seed, edge_probability=0.3)
+    for seed in REPORTED_SEEDS[:4] if quick else REPORTED_SEEDS:
+        graph = small_graph(seed)
         best = plan(graph, cluster, Optimal(node_limit=1_000_000), cost)
         p = plan(graph, cluster, MCMC(evals=2000, seed=seed), cost,
                  evaluate=contention_free(cluster, cost))

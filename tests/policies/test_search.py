@@ -139,3 +139,45 @@ def test_starts_without_priorities_are_scored_in_priority_order_too() -> None:
     p = plan(graph, cluster, MCMC(evals=10, start="round_robin+m_topo"), cost,
              evaluate=evaluator(cluster, cost, order="priority"))
     assert p.info["score_s"] == simulate(p, cluster, cost, order="priority").makespan_s
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(2, 20), seed=st.integers(0, 10**6), data=st.data())
+def test_an_order_move_swaps_two_neighbours_of_one_device_and_keeps_every_edge(
+        n: int, seed: int, data: st.DataObject) -> None:
+    from policies.search import _Search
+
+    graph, cluster, cost = instance(n, seed, devices=3)
+    search = _Search(MCMC(seed=seed), graph, cluster, cost, contention_free(cluster, cost))
+    search._moves()
+    names = search.problem.names
+    where = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    ranked = list(graph.topological_order())
+    order = search._reorder(where, ranked, data.draw(st.integers(0, n - 1)))
+    if order is None:  # only where no device has two ops free to trade
+        return
+    position = {name: i for i, name in enumerate(order)}
+    assert sorted(order) == sorted(ranked)
+    assert all(position[a] < position[b] for a, b in search.edges)
+
+    def by_device(seq: list[str]) -> list[list[str]]:
+        return [[x for x in seq if where[names.index(x)] == d] for d in range(3)]
+
+    changed = [(old, new) for old, new in zip(by_device(ranked), by_device(order),
+                                              strict=True) if old != new]
+    assert len(changed) == 1
+    old, new = changed[0]
+    i = next(k for k in range(len(old)) if old[k] != new[k])
+    assert new == [*old[:i], old[i + 1], old[i], *old[i + 2:]]
+
+
+def test_the_tuning_sets_are_apart_from_what_the_benchmark_reports() -> None:
+    from benchmarks.search_quality import MODELS, REPORTED_SEEDS, small_graph
+    from benchmarks.search_tuning import TUNING_CELLS, TUNING_SEEDS
+
+    assert not set(TUNING_SEEDS) & set(REPORTED_SEEDS)
+    reported = {small_graph(seed).to_json() for seed in REPORTED_SEEDS}
+    assert not any(small_graph(seed).to_json() in reported for seed in TUNING_SEEDS)
+    # the benchmark's cells are Adam steps at its batches; the tuning cells are not
+    assert all(step != "adam" and (model, batch) not in MODELS
+               for model, step, batch, _ in TUNING_CELLS)

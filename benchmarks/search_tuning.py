@@ -1,0 +1,105 @@
+"""How ``mcmc``'s default ``beta`` was chosen: on sets kept apart from everything
+``benchmarks/search_quality.py`` reports, so that its figures are on instances the choice
+never saw.
+
+1. **small graphs**: random DAGs of 8-12 ops, seeds :data:`TUNING_SEEDS` (the benchmark
+   reports :data:`benchmarks.search_quality.REPORTED_SEEDS`), against the MILP optimum
+   under the contention-free model, 2,000 evaluations;
+2. **large graphs**: :data:`TUNING_CELLS`, forward passes and SGD steps (the benchmark's
+   cells are Adam steps) on clusters where the heuristics are far from the bound, with
+   the simulator (fair links) as evaluator, 2,000 evaluations: the gain over the best
+   one-shot heuristic.
+
+    python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import time
+
+import numpy as np
+
+from benchmarks.machine import describe, record
+from benchmarks.placement_quality import small_cluster
+from benchmarks.search_quality import Cell, heuristics, searched, small_graph
+from hwmodels import RooflineCost, get_cluster
+from policies import plan
+from policies.bounds import lower_bound
+from policies.optimal import Optimal
+from policies.problem import model_makespan
+from policies.search import MCMC, contention_free
+from workloads import build_model, training_graph
+
+#: Seeds of the small graphs beta is chosen on.
+TUNING_SEEDS = range(100, 140)
+#: (model, step, batch, cluster) of the large graphs beta is chosen on: ``fwd`` a forward
+#: pass, ``sgd`` an SGD training step.
+TUNING_CELLS = (("inception_v3", "sgd", 8, "quad-v100-nvlink"),
+                ("inception_v3", "fwd", 32, "workstation"),
+                ("bert_base", "sgd", 4, "workstation"),
+                ("bert_base", "fwd", 16, "hetero-box"),
+                ("resnet50", "sgd", 16, "hetero-box"),
+                ("gpt2_small", "fwd", 16, "quad-v100-nvlink"))
+
+
+def tuning_cells() -> list[Cell]:
+    out = []
+    for model, step, batch, name in TUNING_CELLS:
+        forward = build_model(model, batch=batch)
+        graph = forward if step == "fwd" else training_graph(forward, "sgd")
+        cluster = get_cluster(name)
+        cost = RooflineCost(cluster)
+        out.append(Cell(f"{model} {step} b{batch}", name, graph, cluster, cost,
+                        lower_bound(graph, cluster, cost), heuristics(graph, cluster, cost)))
+    return out
+
+
+def small_graphs(betas: list[float]) -> list[str]:
+    cluster = small_cluster()
+    cost = RooflineCost(cluster)
+    graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
+    optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
+              for seed, g in graphs.items()}
+    lines = ["| beta | optimum reached | mean gap | worst gap |", "|---:|---:|---:|---:|"]
+    for beta in betas:
+        gaps = np.array([model_makespan(plan(g, cluster, MCMC(beta=beta, seed=seed), cost,
+                                             evaluate=contention_free(cluster, cost)),
+                                        cluster, cost) / optima[seed] - 1
+                         for seed, g in graphs.items()])
+        lines.append(f"| {beta:g} | {int((gaps <= 1e-9).sum())} of {len(gaps)} | "
+                     f"{gaps.mean():.2%} | {gaps.max():.2%} |")
+    return lines
+
+
+def large_graphs(betas: list[float]) -> list[str]:
+    cells = tuning_cells()
+    lines = ["| beta | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
+             + " | median |", "|---:|" + "---:|" * (len(cells) + 1)]
+    for beta in betas:
+        gains = [searched(c, MCMC(beta=beta))[0]["gain_vs_heuristic"] for c in cells]
+        lines.append(f"| {beta:g} | " + " | ".join(f"{g:+.1%}" for g in gains)
+                     + f" | {np.median(gains):+.1%} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--betas", default="0.1,0.2,0.4")
+    parser.add_argument("--out")
+    args = parser.parse_args()
+    betas = [float(b) for b in args.betas.split(",")]
+    start = time.perf_counter()
+    lines = [describe(), f"date: {datetime.date.today().isoformat()}",
+             f"command: python -m benchmarks.search_tuning --betas {args.betas}", "",
+             "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
+             *small_graphs(betas), "",
+             "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "
+             "2,000 evals:", "", *large_graphs(betas), "",
+             f"total {time.perf_counter() - start:.0f} s"]
+    print(record(lines, args.out), end="")
+
+
+if __name__ == "__main__":
+    main()
