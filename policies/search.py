@@ -19,8 +19,8 @@ larger graph has more moves that gain, and its chain can afford to be greedier. 
 0.2, was chosen on tuning sets kept apart from what ``benchmarks/search_quality.py``
 reports: 40 random graphs of 8-12 ops (seeds 100-139; the benchmark's are 0-19), where
 0.1, 0.2 and 0.4 reached the MILP optimum on 33, 35 and 30, and six forward passes and
-SGD steps on clusters far from their bound (the benchmark's are Adam steps), where it does
-as well as a fixed ``beta · n`` of 60 (what this search used before). The budget is a
+SGD steps on clusters far from their bound (the benchmark's are Adam steps), where 0.2 and
+0.4 did alike and 0.1 worse (``benchmarks/search_tuning.py``). The budget is a
 number of evaluations (every plan scored counts, the starts included), never wall time, so
 a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
 default) adds a wall-clock cap at the price of that guarantee. The search restarts
