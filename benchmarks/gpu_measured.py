@@ -69,14 +69,14 @@ def catalog_name(gpu_name: str) -> str:
     >>> catalog_name("NVIDIA H200")
     'h200-sxm-141gb'
     """
-    from runtime.torch_engine import _GPU_FIGURES
+    from runtime.engine import GPU_FIGURES
 
     lowered = gpu_name.lower()
-    for key, name in _GPU_FIGURES.items():
+    for key, name in GPU_FIGURES.items():
         if key in lowered:
             return name
     raise SystemExit(f"gpu_measured: no catalog GPU for {gpu_name!r}; expected one of "
-                     f"{sorted(_GPU_FIGURES)} in its name")
+                     f"{sorted(GPU_FIGURES)} in its name")
 
 
 def measure(args: argparse.Namespace) -> None:

@@ -136,10 +136,7 @@ def cmd_validate(args: argparse.Namespace) -> None:
 
     doc = _calibration_doc(args.device)
     devices = args.devices or _calibrated_devices(doc) or 2
-    if args.engine not in ("cpu", "torch"):
-        make_engine(args.engine, devices)  # refuses, saying why, without a GPU
-        raise PlacelabError(f"validate: engine {args.engine!r} has no calibration reader "
-                            f"yet; expected --engine cpu or torch")
+    make_engine(args.engine, devices)  # refuses, saying why, where it cannot run
     engine = ENGINES.get(args.engine)(devices=devices,  # type: ignore[call-arg]
                                       calibration=args.device)
     graphs = validation_graphs(split(args.models, "models") if args.models else [],

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from hwmodels.registry import get_device
-from hwmodels.spec import Cluster, Link
-from runtime.engine import Engine, EngineUnavailable
+from hwmodels.spec import Cluster
+from runtime.engine import Engine, EngineUnavailable, calibrated_cluster, gpu_cluster
 from workloads.params import Param
 
 __all__ = ["CupyEngine", "cupy_unavailable"]
@@ -38,12 +39,18 @@ class CupyEngine(Engine):
     """The first ``devices`` GPUs of this machine (all of them by default)."""
 
     name = "gpu"
+    model = "gpu-cupy"
 
     params = (Param("devices", "int", None, minimum=1, optional=True,
-                    doc="the first GPUs of this machine (default: every GPU present)"),)
+                    doc="the first GPUs of this machine (default: every GPU present)"),
+              Param("calibration", "str", None, optional=True,
+                    doc="a calibration file whose devices and links this engine takes"))
 
-    def __init__(self, devices: int | None = None) -> None:
+    def __init__(self, devices: int | None = None, *,
+                 calibration: str | Path | None = None) -> None:
         self.requested = self.checked("devices", devices)
+        self.calibration = self.checked("calibration",
+                                        None if calibration is None else str(calibration))
         reason = cupy_unavailable()
         if reason:
             raise EngineUnavailable(f"engine 'gpu': {reason}")
@@ -65,21 +72,28 @@ class CupyEngine(Engine):
     def devices(self) -> tuple[str, ...]:
         return tuple(f"gpu{i}" for i in range(self.count))
 
+    @cached_property
+    def _cluster(self) -> Cluster:
+        if self.calibration is not None:
+            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
+                                      count=self.count)
+        memory = self.cp.cuda.runtime.getDeviceProperties(0)["totalGlobalMem"]
+        return gpu_cluster(self.model, f"cupy-{self.count}", self.devices, self._gpu_name(),
+                           int(memory))
+
     def cluster(self) -> Cluster:
-        # Uncalibrated: the catalog's H100 figures for every GPU, PCIe between them.
-        spec = get_device("h100-sxm5-80gb")
-        devices = tuple(spec.instance(d) for d in self.devices)
-        links = tuple(Link(a, b, 25e9, 10e-6) for i, a in enumerate(self.devices)
-                      for b in self.devices[i + 1:])
-        return Cluster(f"cupy-{self.count}", devices, links)
+        """Uncalibrated, each GPU takes the figures of the catalog GPU its name names
+        (an H100 where none matches) with its real memory; calibrated, the file's."""
+        return self._cluster
 
     def libraries(self) -> dict[str, str]:
         """NumPy, CuPy, the CUDA runtime and the GPU: a measurement holds on these alone."""
-        cp = self.cp
-        name = cp.cuda.runtime.getDeviceProperties(0)["name"]
-        return {**super().libraries(), "cupy": cp.__version__,
-                "cuda": str(cp.cuda.runtime.runtimeGetVersion()),
-                "gpu": name.decode() if isinstance(name, bytes) else str(name)}
+        return {**super().libraries(), "cupy": self.cp.__version__,
+                "cuda": str(self.cp.cuda.runtime.runtimeGetVersion()), "gpu": self._gpu_name()}
+
+    def _gpu_name(self) -> str:
+        name = self.cp.cuda.runtime.getDeviceProperties(0)["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
 
     @property
     def xp(self) -> Any:

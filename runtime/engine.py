@@ -16,6 +16,7 @@ import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -231,6 +232,41 @@ def host_cluster(model: str, name: str, devices: tuple[str, ...], threads: int) 
                               f"(uncalibrated: the Xeon 8380's per-core figures)")
     slots = tuple(spec.instance(d) for d in devices)
     links = tuple(Link(a, b, 10e9, 5e-6) for i, a in enumerate(devices)
+                  for b in devices[i + 1:])
+    return Cluster(name, slots, links, hosts=dict.fromkeys(devices, "localhost"))
+
+
+#: The catalog GPU whose figures an uncalibrated CUDA device takes, by a word of its name.
+GPU_FIGURES = {"h200": "h200-sxm-141gb", "h100": "h100-sxm5-80gb", "a100": "a100-sxm4-80gb",
+               "v100": "v100-sxm2-32gb", "l4": "l4"}
+
+
+def gpu_figures(gpu_name: str) -> str:
+    """The catalog GPU a GPU's name (as CUDA reports it) is priced as, the H100 where no
+    word of :data:`GPU_FIGURES` is in it.
+
+    >>> gpu_figures("NVIDIA H200"), gpu_figures("NVIDIA B300")
+    ('h200-sxm-141gb', 'h100-sxm5-80gb')
+    """
+    lowered = gpu_name.lower()
+    return next((v for k, v in GPU_FIGURES.items() if k in lowered), "h100-sxm5-80gb")
+
+
+def gpu_cluster(model: str, name: str, devices: tuple[str, ...], gpu_name: str,
+                memory_bytes: int) -> Cluster:
+    """Uncalibrated GPUs of this machine: each the catalog GPU its name names
+    (:func:`gpu_figures`) with its real memory, named ``model``; links between them an
+    assumed PCIe, 25 GB/s and 10 us, until ``placelab calibrate`` measures them.
+
+    >>> c = gpu_cluster("gpu-torch", "torch-cuda-1", ("cuda0",), "NVIDIA H200", 2**37)
+    >>> c.devices[0].description
+    'NVIDIA H200 (uncalibrated: the figures of h200-sxm-141gb)'
+    """
+    figures = gpu_figures(gpu_name)
+    spec = replace(get_device(figures), name=model, model=model, memory_bytes=memory_bytes,
+                   description=f"{gpu_name} (uncalibrated: the figures of {figures})")
+    slots = tuple(spec.instance(d) for d in devices)
+    links = tuple(Link(a, b, 25e9, 10e-6) for i, a in enumerate(devices)
                   for b in devices[i + 1:])
     return Cluster(name, slots, links, hosts=dict.fromkeys(devices, "localhost"))
 

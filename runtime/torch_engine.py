@@ -22,15 +22,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hwmodels.spec import Cluster, Link
-from runtime.engine import Engine, EngineUnavailable, _cores, calibrated_cluster, host_cluster
+from hwmodels.spec import Cluster
+from runtime.engine import (
+    Engine,
+    EngineUnavailable,
+    _cores,
+    calibrated_cluster,
+    gpu_cluster,
+    host_cluster,
+)
 from workloads.params import Param
 
 if TYPE_CHECKING:
@@ -39,11 +45,6 @@ if TYPE_CHECKING:
     from workloads.op import Op
 
 __all__ = ["TorchCudaEngine", "TorchEngine", "torch_unavailable"]
-
-#: The catalog GPU whose figures an uncalibrated CUDA device takes, by a word of its name.
-_GPU_FIGURES = {"h200": "h200-sxm-141gb", "h100": "h100-sxm5-80gb", "a100": "a100-sxm4-80gb",
-                "v100": "v100-sxm2-32gb", "l4": "l4"}
-
 
 def torch_unavailable(device: str = "cpu") -> str | None:
     """Why the torch engine cannot run on ``device`` (``cpu`` or ``cuda``) here, or None
@@ -218,19 +219,9 @@ class TorchCudaEngine(TorchEngine):
     def _uncalibrated(self) -> Cluster:
         import torch
 
-        from hwmodels.registry import get_device
-
-        name = torch.cuda.get_device_name(0).lower()
-        figures = next((v for k, v in _GPU_FIGURES.items() if k in name), "h100-sxm5-80gb")
-        spec = replace(get_device(figures), name=self.model, model=self.model,
-                       memory_bytes=torch.cuda.get_device_properties(0).total_memory,
-                       description=f"{torch.cuda.get_device_name(0)} (uncalibrated: the "
-                                   f"figures of {figures})")
-        slots = tuple(spec.instance(d) for d in self.devices)
-        links = tuple(Link(a, b, 25e9, 10e-6) for i, a in enumerate(self.devices)
-                      for b in self.devices[i + 1:])
-        return Cluster(f"torch-cuda-{self.count}", slots, links,
-                       hosts=dict.fromkeys(self.devices, "localhost"))
+        return gpu_cluster(self.model, f"torch-cuda-{self.count}", self.devices,
+                           torch.cuda.get_device_name(0),
+                           torch.cuda.get_device_properties(0).total_memory)
 
     def _index(self, device: str) -> int:
         return int(device.removeprefix("cuda"))
