@@ -69,14 +69,13 @@ def catalog_name(gpu_name: str) -> str:
     >>> catalog_name("NVIDIA H200")
     'h200-sxm-141gb'
     """
-    from runtime.engine import GPU_FIGURES
+    from runtime.engine import GPU_FIGURES, known_gpu
 
-    lowered = gpu_name.lower()
-    for key, name in GPU_FIGURES.items():
-        if key in lowered:
-            return name
-    raise SystemExit(f"gpu_measured: no catalog GPU for {gpu_name!r}; expected one of "
-                     f"{sorted(GPU_FIGURES)} in its name")
+    name = known_gpu(gpu_name)
+    if name is None:
+        raise SystemExit(f"gpu_measured: no catalog GPU for {gpu_name!r}; expected one of "
+                         f"{sorted(GPU_FIGURES)} as a word of its name")
+    return name
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -104,7 +103,12 @@ def measure(args: argparse.Namespace) -> None:
         "repeats": args.repeats, "min_seconds": args.min_seconds,
         "graphs": graphs,
     }
-    for name in args.graphs.split(",") if args.graphs else GRAPHS:
+    names = args.graphs.split(",") if args.graphs else list(GRAPHS)
+    unknown = [n for n in names if n not in GRAPHS]
+    if unknown:
+        raise SystemExit(f"gpu_measured: --graphs: expected names among {sorted(GRAPHS)}, "
+                         f"got {unknown}")
+    for name in names:
         start = time.perf_counter()
         run = _timed(engine, GRAPHS[name](), warmup=2, repeats=args.repeats,
                      min_seconds=args.min_seconds, seed=0)

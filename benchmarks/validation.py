@@ -57,11 +57,13 @@ def summary(df: pd.DataFrame, label: str, column: str) -> str:
     if df.empty:
         return f"| {label} | 0 | - | - | - | - |"
     errors = (df[column] / df["measured_s"] - 1).abs()
-    by_graph = df.groupby("graph", sort=False)
-    ordered = sum(1 for _, g in by_graph if order_kept(
+    several = [g for _, g in df.groupby("graph", sort=False) if len(g) > 1]
+    ordered = sum(1 for g in several if order_kept(
         list(g[column]), list(g["measured_min_s"]), list(g["measured_max_s"])))
+    # a graph of one plan has no order to keep
+    kept = f"{ordered} of {len(several)}" if several else "-"
     return (f"| {label} | {len(df)} | {errors.median():.1%} | {errors.quantile(0.9):.1%} | "
-            f"{errors.max():.1%} | {ordered} of {by_graph.ngroups} |")
+            f"{errors.max():.1%} | {kept} |")
 
 
 def rows(df: pd.DataFrame) -> list[str]:

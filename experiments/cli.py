@@ -279,8 +279,8 @@ def _add_run_commands(sub: Any) -> None:
 
     p = sub.add_parser("validate", help="run plans for real, simulate them, report the error")
     p.add_argument("--engine", choices=ENGINE_NAMES, default="cpu")
-    p.add_argument("--device", help="calibration file from placelab calibrate (default: "
-                   "the uncalibrated catalog CPU)")
+    p.add_argument("--device", help="calibration file from placelab calibrate of the same "
+                   "engine (default: the engine's uncalibrated devices)")
     p.add_argument("--devices", type=_positive_int, default=None,
                    help="logical devices (default: as many as the calibration is for, "
                         "else 2)")

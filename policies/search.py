@@ -242,8 +242,8 @@ class _Search:
 
     def propose(self, where: list[int], ranked: list[str]
                 ) -> tuple[list[int], list[str]] | None:
-        """A move: one time in five, two ops next to each other in the global order and
-        not an edge swap places (each device runs its ops in that order); otherwise one
+        """A move: one time in five, an op and the next op of its device trade places in
+        the global order (see :meth:`_reorder`); otherwise one
         unit (an op, or a group's lead, which its group follows) goes to another device
         that runs it: to the device of a unit it exchanges a tensor with (two times in
         five), by swapping devices with a unit elsewhere that can run on its device (one

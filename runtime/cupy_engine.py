@@ -82,8 +82,8 @@ class CupyEngine(Engine):
                            int(memory))
 
     def cluster(self) -> Cluster:
-        """Uncalibrated, each GPU takes the figures of the catalog GPU its name names
-        (an H100 where none matches) with its real memory; calibrated, the file's."""
+        """Uncalibrated, every GPU takes the figures of the catalog GPU the first GPU's
+        name names (an H100 where none matches) and its memory; calibrated, the file's."""
         return self._cluster
 
     def libraries(self) -> dict[str, str]:

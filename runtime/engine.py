@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -243,13 +244,21 @@ GPU_FIGURES = {"h200": "h200-sxm-141gb", "h100": "h100-sxm5-80gb", "a100": "a100
 
 def gpu_figures(gpu_name: str) -> str:
     """The catalog GPU a GPU's name (as CUDA reports it) is priced as, the H100 where no
-    word of :data:`GPU_FIGURES` is in it.
+    word of :data:`GPU_FIGURES` is a word of it (an L40S is no L4).
 
-    >>> gpu_figures("NVIDIA H200"), gpu_figures("NVIDIA B300")
-    ('h200-sxm-141gb', 'h100-sxm5-80gb')
+    >>> gpu_figures("NVIDIA H200"), gpu_figures("NVIDIA A100-SXM4-80GB")
+    ('h200-sxm-141gb', 'a100-sxm4-80gb')
+    >>> gpu_figures("NVIDIA L40S"), gpu_figures("NVIDIA B300")
+    ('h100-sxm5-80gb', 'h100-sxm5-80gb')
     """
-    lowered = gpu_name.lower()
-    return next((v for k, v in GPU_FIGURES.items() if k in lowered), "h100-sxm5-80gb")
+    return known_gpu(gpu_name) or "h100-sxm5-80gb"
+
+
+def known_gpu(gpu_name: str) -> str | None:
+    """The catalog GPU whose word of :data:`GPU_FIGURES` is a word of ``gpu_name``, or
+    None."""
+    words = re.split(r"[^a-z0-9]+", gpu_name.lower())
+    return next((v for k, v in GPU_FIGURES.items() if k in words), None)
 
 
 def gpu_cluster(model: str, name: str, devices: tuple[str, ...], gpu_name: str,

@@ -179,13 +179,49 @@ class TorchEngine(Engine):
             torch.set_num_threads(before)
 
 
+@contextlib.contextmanager
+def fp32_in_fp32() -> Iterator[None]:
+    """PyTorch's FP32 products, convolutions and recurrent layers in FP32, not TF32, and
+    its settings put back after: through ``fp32_precision`` where this PyTorch has it
+    (reading the older ``allow_tf32`` after a caller set the newer one raises), else
+    ``allow_tf32``.
+
+    >>> import torch
+    >>> with fp32_in_fp32():
+    ...     torch.backends.cuda.matmul.fp32_precision
+    'ieee'
+    """
+    import torch
+
+    backends = torch.backends
+    if hasattr(backends.cuda.matmul, "fp32_precision"):
+        cudnn: Any = backends.cudnn  # its conv and rnn settings are set at import time
+        knobs = [backends.cuda.matmul, cudnn.conv, cudnn.rnn]
+        before = [k.fp32_precision for k in knobs]
+        try:
+            for k in knobs:
+                k.fp32_precision = "ieee"
+            yield
+        finally:
+            for k, was in zip(knobs, before, strict=True):
+                k.fp32_precision = was
+        return
+    matmul, cudnn = backends.cuda.matmul, backends.cudnn
+    legacy = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = False
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = legacy
+
+
 class TorchCudaEngine(TorchEngine):
     """The first ``devices`` GPUs of this machine run by PyTorch, ``cuda0..cuda{k-1}``.
 
     Each device computes on a CUDA stream of its own (``synchronize`` waits on an event
     recorded there) and sends copies on a copy stream of its own, GPU to GPU. Uncalibrated,
-    every device takes the figures of the catalog GPU its name names (an H100 where none
-    matches) with its real memory, as model ``gpu-torch``; links between GPUs are an
+    every device takes the figures of the catalog GPU the first GPU's name names (an H100
+    where none matches) and its memory, as model ``gpu-torch``; links between GPUs are an
     assumed PCIe 25 GB/s and 10 us. FP32 graphs run in FP32 (PyTorch's TF32 shortcuts off
     while it runs). Its tests skip without a GPU.
     """
@@ -279,11 +315,5 @@ class TorchCudaEngine(TorchEngine):
         to); the library's settings are put back after."""
         import torch
 
-        matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-        before = matmul.allow_tf32, cudnn.allow_tf32
-        try:
-            matmul.allow_tf32 = cudnn.allow_tf32 = False
-            with torch.no_grad():
-                yield
-        finally:
-            matmul.allow_tf32, cudnn.allow_tf32 = before
+        with fp32_in_fp32(), torch.no_grad():
+            yield

@@ -154,7 +154,8 @@ def test_an_order_move_swaps_two_neighbours_of_one_device_and_keeps_every_edge(
     where = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
     ranked = list(graph.topological_order())
     order = search._reorder(where, ranked, data.draw(st.integers(0, n - 1)))
-    if order is None:  # only where no device has two ops free to trade
+    if order is None:  # then no op and the next op of its device may trade places
+        assert not any(_tradable(search.edges, ranked, where, names, i) for i in range(n))
         return
     position = {name: i for i, name in enumerate(order)}
     assert sorted(order) == sorted(ranked)
@@ -181,3 +182,32 @@ def test_the_tuning_sets_are_apart_from_what_the_benchmark_reports() -> None:
     # the benchmark's cells are Adam steps at its batches; the tuning cells are not
     assert all(step != "adam" and (model, batch) not in MODELS
                for model, step, batch, _ in TUNING_CELLS)
+
+
+def _tradable(edges: set[tuple[str, str]], ranked: list[str], where: list[int],
+              names: list[str], i: int) -> bool:
+    """Whether ``ranked[i]`` and the next op of its device can trade places: the two ops
+    in either order, each op between them kept on its side of every edge."""
+    device = [where[names.index(x)] for x in ranked]
+    j = next((k for k in range(i + 1, len(ranked)) if device[k] == device[i]), None)
+    if j is None:
+        return False
+    a, b, between = ranked[i], ranked[j], ranked[i + 1:j]
+    for order in ([*between, b, a], [b, a, *between]):
+        pos = {x: k for k, x in enumerate(order)}
+        if all(pos[u] < pos[v] for u, v in edges if u in pos and v in pos):
+            return True
+    return False
+
+
+def test_independent_ops_of_one_device_trade_places() -> None:
+    from policies.search import _Search
+
+    graph = random_dag(4, seed=0, edge_probability=0.0)
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    search = _Search(MCMC(), graph, cluster, cost, contention_free(cluster, cost))
+    search._moves()
+    ranked = list(graph.topological_order())
+    assert search._reorder([0, 0, 1, 0], ranked, 1) == [ranked[0], ranked[2], ranked[3],
+                                                          ranked[1]]

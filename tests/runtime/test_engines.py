@@ -86,4 +86,25 @@ def test_an_engine_with_one_device_here_runs_the_checks_one_device_allows() -> N
     two = ("engine 'one_only': devices must be in [1, 1], got 2: this check needs two "
            "devices, the engine has one here")
     assert reasons == {"devices": "", "round_trip": "", "copies": two,
-                       "computes_as_numpy": two, "declares_parameters": ""}
+                       "computes_as_numpy": "", "declares_parameters": ""}
+    explicit = unavailable("cpu:devices=1", CHECKS[2])
+    assert explicit == "this check needs two devices, the engine has one here"
+
+
+class OneWhateverAsked(NumpyEngine):
+    """Builds one device however many are asked."""
+
+    name = "one_whatever"
+
+    def __init__(self, devices: int = 1, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(devices=1, **kwargs)
+
+
+def test_the_suite_catches_an_engine_that_builds_fewer_devices_than_asked() -> None:
+    ENGINES.register("one_whatever", OneWhateverAsked)
+    try:
+        with pytest.raises(ConformanceError) as caught:
+            check_engine("one_whatever:devices=2")
+    finally:
+        ENGINES.unregister("one_whatever")
+    assert "[devices] engine 'one_whatever:devices=2': devices ('cpu0',)" in str(caught.value)

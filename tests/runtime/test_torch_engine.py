@@ -405,3 +405,21 @@ def test_on_cuda_a_training_step_equals_torch_optim() -> None:
     for name in ours:
         np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-7, atol=1e-10,
                                    err_msg=name)
+
+
+@pytest.mark.parametrize("setting", ["ieee", "tf32", "none"])
+def test_a_cuda_run_computes_fp32_in_fp32_and_puts_the_caller_s_setting_back(
+        setting: str) -> None:
+    from runtime.torch_engine import fp32_in_fp32
+
+    knobs = [torch.backends.cuda.matmul, torch.backends.cudnn.conv, torch.backends.cudnn.rnn]
+    before = [k.fp32_precision for k in knobs]
+    try:
+        for k in knobs:
+            k.fp32_precision = setting  # the newer API: the older one then raises if read
+        with fp32_in_fp32():
+            assert [k.fp32_precision for k in knobs] == ["ieee"] * 3
+        assert [k.fp32_precision for k in knobs] == [setting] * 3
+    finally:
+        for k, was in zip(knobs, before, strict=True):
+            k.fp32_precision = was
