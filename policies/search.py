@@ -10,9 +10,11 @@ simulator. Called without one (:meth:`PlacementPolicy.place`), a search scores p
 ``mcmc`` is the Metropolis-Hastings search of FlexFlow (Jia, Zaharia and Aiken, SysML 2019)
 over placements and orders: it starts from the best plan of a few heuristics and proposes
 a move: one op, or one co-placement group, to another device that can run it (a
-neighbour's device, a swap with an op elsewhere, or any other device), or an op and the
-next op of its device trading places in the global order from which every device's order
-is drawn (where no edge forbids it). A faster plan is always accepted; one slower by
+neighbour's device, a swap with an op elsewhere, or any other device), on graphs of more
+than 32 ops and groups a run of up to 16 of one device's, consecutive in the global order,
+to another device together (``segments`` of the moves), or an op and the next op of its
+device trading places in the global order from which every device's order is drawn (where
+no edge forbids it). A faster plan is always accepted; one slower by
 ``Δ`` with probability ``exp(-beta · n · Δ)``, ``n`` the number of ops and groups and ``Δ``
 the slowdown in units of the mean op's share of the makespan (the makespan over ``n``): a
 larger graph has more moves that gain, and its chain can afford to be greedier. The default,
@@ -20,7 +22,10 @@ larger graph has more moves that gain, and its chain can afford to be greedier. 
 reports: 40 random graphs of 8-12 ops (seeds 100-139; the benchmark's are 0-19), where
 0.1, 0.2 and 0.4 reached the MILP optimum on 33, 35 and 30, and six forward passes and
 SGD steps on clusters far from their bound (the benchmark's are Adam steps), where 0.2 and
-0.4 did alike and 0.1 worse (``benchmarks/search_tuning.py``). The budget is a
+0.4 did alike and 0.1 worse; ``segments`` (0.3) was chosen on the same cells, where runs
+of units lifted the median gain over the best heuristic from -0.2% to +0.9% and its worst
+cell from -22% to -1.5%, and on the small graphs cost optima (35 of 40 without them, 32
+with), hence only on large graphs (``benchmarks/search_tuning.py``). The budget is a
 number of evaluations (every plan scored counts, the starts included), never wall time, so
 a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
 default) adds a wall-clock cap at the price of that guarantee. The search restarts
@@ -51,6 +56,8 @@ __all__ = ["MCMC", "Evaluator", "contention_free"]
 
 #: Scores a plan: its makespan in seconds, ``math.inf`` where it does not fit.
 Evaluator = Callable[[Plan], float]
+#: Runs of units move together on graphs of more than this many units, at most this long.
+SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
 
 
 def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
@@ -97,6 +104,10 @@ class MCMC(PlacementPolicy):
                     doc="inverse temperature per op: on a graph of n ops and groups, a move "
                         "slower by 1/(beta n) of the mean op's share of the makespan is "
                         "accepted with probability 1/e"),
+              Param("segments", "float", 0.3, minimum=0,
+                    doc="on graphs of more than 32 ops and groups, the share of moves that "
+                        "take a run of 2 to 16 consecutive units of a device elsewhere "
+                        "together (at most 1)"),
               Param("restarts", "int", 4, minimum=1,
                     doc="chains, each from the best plan found so far"),
               Param("start", "str", "heft+metis+m_etf",
@@ -105,11 +116,15 @@ class MCMC(PlacementPolicy):
               Param("time_limit_s", "float", None, minimum=0, optional=True,
                     doc="a wall-clock cap (the plan then depends on the machine)"))
 
-    def __init__(self, evals: int = 2000, beta: float = 0.2, restarts: int = 4,
-                 start: str = "heft+metis+m_etf", seed: Seed = 0,
+    def __init__(self, evals: int = 2000, beta: float = 0.2, segments: float = 0.3,
+                 restarts: int = 4, start: str = "heft+metis+m_etf", seed: Seed = 0,
                  time_limit_s: float | None = None) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
+        self.segments: float = self.checked("segments", segments)
+        if self.segments > 1:
+            raise PlacementError(f"policy 'mcmc': segments must be a share of the moves, at "
+                                 f"most 1, got {segments!r}")
         self.restarts: int = self.checked("restarts", restarts)
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)
@@ -239,16 +254,25 @@ class _Search:
                     self.neighbours[b].append(p.node_of[i])
         self.edges = {(p.names[j], p.names[i]) for i in range(p.n) for j, _ in p.preds[i]}
         self.index = {name: i for i, name in enumerate(p.names)}
+        self.unit_of = unit_of
+        # a small graph's single moves already reach far: runs of units only on large ones
+        self.segments = self.policy.segments if len(self.units) > SEGMENT_FROM else 0.0
 
     def propose(self, where: list[int], ranked: list[str]
                 ) -> tuple[list[int], list[str]] | None:
-        """A move: one time in five, an op and the next op of its device trade places in
-        the global order (see :meth:`_reorder`); otherwise one
-        unit (an op, or a group's lead, which its group follows) goes to another device
+        """A move: on a graph of more than 32 units, a share ``segments`` of the time a
+        run of units of one device elsewhere (:meth:`_segment`); otherwise one time in
+        five, an op and the next op of its device trade places in the global order
+        (:meth:`_reorder`); otherwise one unit (an op, or a group's lead, which its group
+        follows) goes to another device
         that runs it: to the device of a unit it exchanges a tensor with (two times in
         five), by swapping devices with a unit elsewhere that can run on its device (one
         time in five), or to any other device."""
         rng = self.rng
+        if self.movable and self.segments and rng.random() < self.segments:
+            moved = self._segment(where, ranked)
+            if moved is not None:
+                return moved, ranked
         if len(ranked) > 1 and (not self.movable or rng.random() < 0.2):
             order = self._reorder(where, ranked, int(rng.integers(len(ranked))))
             if order is not None:
@@ -274,6 +298,31 @@ class _Search:
         choices = [d for d in self.able[k] if d != where[u]]
         out[u] = choices[int(rng.integers(len(choices)))]
         return out, ranked
+
+    def _segment(self, where: list[int], ranked: list[str]) -> list[int] | None:
+        """A run of 2 to :data:`SEGMENT_LONGEST` units of one device, consecutive in the
+        global order from a random op on, moved together to another device all of them
+        can run on (None where there is none): a layer's ops leave a device at once, where
+        moving one alone only adds transfers."""
+        p, rng = self.problem, self.rng
+        at = int(rng.integers(len(ranked)))
+        first = p.node_of[self.index[ranked[at]]]
+        device, run = where[first], [first]
+        length = int(rng.integers(2, SEGMENT_LONGEST + 1))
+        for name in ranked[at + 1:]:
+            if len(run) == length:
+                break
+            lead = p.node_of[self.index[name]]
+            if where[lead] == device and lead not in run:
+                run.append(lead)
+        targets = set.intersection(*(set(self.able[self.unit_of[u]]) for u in run)) - {device}
+        if not targets:
+            return None
+        out = list(where)
+        chosen = sorted(targets)[int(rng.integers(len(targets)))]
+        for u in run:
+            out[u] = chosen
+        return out
 
     def _reorder(self, where: list[int], ranked: list[str], start: int) -> list[str] | None:
         """The first op from ``start`` on (cyclically) that can trade places with the next
