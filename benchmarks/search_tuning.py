@@ -10,7 +10,11 @@ never saw.
    the simulator (fair links) as evaluator, 2,000 evaluations: the gain over the best
    one-shot heuristic.
 
-    python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--out F]
+Each ``--betas`` value with the default ``segments``, then each ``--segments`` value with
+the default ``beta``; the small graphs' segment rows let runs of units move on graphs of
+any size (by default they move only on graphs of more than 32 units).
+
+    python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3] [--out F]
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from benchmarks.machine import describe, record
 from benchmarks.placement_quality import small_cluster
 from benchmarks.search_quality import Cell, heuristics, searched, small_graph
 from hwmodels import RooflineCost, get_cluster
-from policies import plan
+from policies import plan, search
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
 from policies.problem import model_makespan
-from policies.search import MCMC, contention_free
+from policies.search import MCMC, SEGMENT_FROM, contention_free
 from workloads import build_model, training_graph
 
 #: Seeds of the small graphs beta is chosen on.
@@ -56,30 +60,39 @@ def tuning_cells() -> list[Cell]:
     return out
 
 
-def small_graphs(betas: list[float]) -> list[str]:
+def _settings(betas: list[float], segments: list[float]) -> list[tuple[str, MCMC]]:
+    return ([(f"beta {b:g}", MCMC(beta=b)) for b in betas]
+            + [(f"segments {g:g}", MCMC(segments=g)) for g in segments])
+
+
+def small_graphs(betas: list[float], segments: list[float]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
     optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
               for seed, g in graphs.items()}
-    lines = ["| beta | optimum reached | mean gap | worst gap |", "|---:|---:|---:|---:|"]
-    for beta in betas:
-        gaps = np.array([model_makespan(plan(g, cluster, MCMC(beta=beta, seed=seed), cost,
-                                             evaluate=contention_free(cluster, cost)),
-                                        cluster, cost) / optima[seed] - 1
-                         for seed, g in graphs.items()])
-        lines.append(f"| {beta:g} | {int((gaps <= 1e-9).sum())} of {len(gaps)} | "
+    lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
+    for label, policy in _settings(betas, segments):
+        if label.startswith("segments"):
+            search.SEGMENT_FROM = 0  # runs of units on graphs of any size
+        try:
+            gaps = np.array([model_makespan(plan(g, cluster, policy.clone().set_params(
+                seed=seed), cost, evaluate=contention_free(cluster, cost)), cluster, cost)
+                / optima[seed] - 1 for seed, g in graphs.items()])
+        finally:
+            search.SEGMENT_FROM = SEGMENT_FROM
+        lines.append(f"| {label} | {int((gaps <= 1e-9).sum())} of {len(gaps)} | "
                      f"{gaps.mean():.2%} | {gaps.max():.2%} |")
     return lines
 
 
-def large_graphs(betas: list[float]) -> list[str]:
+def large_graphs(betas: list[float], segments: list[float]) -> list[str]:
     cells = tuning_cells()
-    lines = ["| beta | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
-             + " | median |", "|---:|" + "---:|" * (len(cells) + 1)]
-    for beta in betas:
-        gains = [searched(c, MCMC(beta=beta))[0]["gain_vs_heuristic"] for c in cells]
-        lines.append(f"| {beta:g} | " + " | ".join(f"{g:+.1%}" for g in gains)
+    lines = ["| setting | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
+             + " | median |", "|---|" + "---:|" * (len(cells) + 1)]
+    for label, policy in _settings(betas, segments):
+        gains = [searched(c, policy)[0]["gain_vs_heuristic"] for c in cells]
+        lines.append(f"| {label} | " + " | ".join(f"{g:+.1%}" for g in gains)
                      + f" | {np.median(gains):+.1%} |")
     return lines
 
@@ -87,16 +100,19 @@ def large_graphs(betas: list[float]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--betas", default="0.1,0.2,0.4")
+    parser.add_argument("--segments", default="0,0.15,0.3")
     parser.add_argument("--out")
     args = parser.parse_args()
     betas = [float(b) for b in args.betas.split(",")]
+    segments = [float(g) for g in args.segments.split(",")]
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python -m benchmarks.search_tuning --betas {args.betas}", "",
+             f"command: python -m benchmarks.search_tuning --betas {args.betas} "
+             f"--segments {args.segments}", "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
-             *small_graphs(betas), "",
+             *small_graphs(betas, segments), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "
-             "2,000 evals:", "", *large_graphs(betas), "",
+             "2,000 evals:", "", *large_graphs(betas, segments), "",
              f"total {time.perf_counter() - start:.0f} s"]
     print(record(lines, args.out), end="")
 
