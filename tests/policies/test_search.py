@@ -211,3 +211,52 @@ def test_independent_ops_of_one_device_trade_places() -> None:
     ranked = list(graph.topological_order())
     assert search._reorder([0, 0, 1, 0], ranked, 1) == [ranked[0], ranked[2], ranked[3],
                                                           ranked[1]]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10**6), data=st.data())
+def test_a_segment_move_takes_a_run_of_one_device_s_units_to_one_device_that_runs_them(
+        seed: int, data: st.DataObject) -> None:
+    from policies.search import _Search
+
+    graph = training_graph(build_model("mlp", batch=8), "adam")  # groups: leads and followers
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    search = _Search(MCMC(seed=seed), graph, cluster, cost, contention_free(cluster, cost))
+    search._moves()
+    p = search.problem
+    where = [data.draw(st.sampled_from(search.able[search.unit_of[p.node_of[i]]]))
+             for i in range(p.n)]
+    ranked = list(graph.topological_order())
+    out = search._segment(where, ranked)
+    if out is None:  # no device runs every unit of the run
+        return
+    moved = [u for u in search.units if out[u] != where[u]]
+    assert 1 <= len(moved) <= 16 and len({where[u] for u in moved}) == 1
+    assert len({out[u] for u in moved}) == 1
+    target = out[moved[0]]
+    assert all(target in search.able[search.unit_of[u]] for u in moved)
+    # the run: the first units of the device met in the global order from some op on
+    device = where[moved[0]]
+
+    def run_from(i: int) -> set[int]:
+        leads = [p.node_of[search.index[n]] for n in ranked[i:]]
+        mine = [u for u in dict.fromkeys(leads) if where[u] == device]
+        return set(mine[:len(moved)])
+
+    assert any(run_from(i) == set(moved) for i in range(len(ranked)))
+
+
+def test_runs_of_units_move_only_on_large_graphs_and_segments_is_a_share() -> None:
+    from policies.search import SEGMENT_FROM, _Search
+
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    small, large = random_dag(SEGMENT_FROM, seed=1), random_dag(SEGMENT_FROM + 1, seed=1)
+    for graph, share in ((small, 0.0), (large, 0.3)):
+        search = _Search(MCMC(), graph, cluster, cost, contention_free(cluster, cost))
+        search._moves()
+        assert search.segments == share
+    with pytest.raises(PlacementError, match=r"^policy 'mcmc': segments must be a share of "
+                                             r"the moves, at most 1, got 1.5$"):
+        MCMC(segments=1.5)
