@@ -104,10 +104,10 @@ class MCMC(PlacementPolicy):
                     doc="inverse temperature per op: on a graph of n ops and groups, a move "
                         "slower by 1/(beta n) of the mean op's share of the makespan is "
                         "accepted with probability 1/e"),
-              Param("segments", "float", 0.3, minimum=0,
+              Param("segments", "float", 0.3,
                     doc="on graphs of more than 32 ops and groups, the share of moves that "
                         "take a run of 2 to 16 consecutive units of a device elsewhere "
-                        "together (at most 1)"),
+                        "together (0 to 1)"),
               Param("restarts", "int", 4, minimum=1,
                     doc="chains, each from the best plan found so far"),
               Param("start", "str", "heft+metis+m_etf",
@@ -122,9 +122,9 @@ class MCMC(PlacementPolicy):
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
         self.segments: float = self.checked("segments", segments)
-        if self.segments > 1:
-            raise PlacementError(f"policy 'mcmc': segments must be a share of the moves, at "
-                                 f"most 1, got {segments!r}")
+        if not 0 <= self.segments <= 1:
+            raise PlacementError(f"policy 'mcmc': segments must be a share of the moves, in "
+                                 f"[0, 1], got {segments!r}")
         self.restarts: int = self.checked("restarts", restarts)
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)

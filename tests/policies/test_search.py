@@ -257,6 +257,8 @@ def test_runs_of_units_move_only_on_large_graphs_and_segments_is_a_share() -> No
         search = _Search(MCMC(), graph, cluster, cost, contention_free(cluster, cost))
         search._moves()
         assert search.segments == share
-    with pytest.raises(PlacementError, match=r"^policy 'mcmc': segments must be a share of "
-                                             r"the moves, at most 1, got 1.5$"):
-        MCMC(segments=1.5)
+    for bad in (1.5, -0.1):
+        with pytest.raises(PlacementError, match=rf"^policy 'mcmc': segments must be a share "
+                                                 rf"of the moves, in \[0, 1\], got {bad}$"):
+            MCMC(segments=bad)
+    assert MCMC(segments=0).segments == 0
