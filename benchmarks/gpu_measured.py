@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.gpu_published import one_gpu
 from benchmarks.machine import describe, record
 from hwmodels.cost import make_cost_model
 from hwmodels.gpumodel import gpu_key
 from hwmodels.registry import get_device
-from hwmodels.spec import Cluster, Device
+from hwmodels.spec import Device
 from workloads import Graph, build_model, training_graph
 from workloads.io import write_text_atomic
 
@@ -119,11 +120,6 @@ def measure(args: argparse.Namespace) -> None:
               f"({time.perf_counter() - start:.0f} s)", flush=True)
         # kept after every graph: a run cut short keeps what it measured
         write_text_atomic(args.out, json.dumps(document, indent=1, sort_keys=True) + "\n")
-
-
-def one_gpu(device: Device) -> Cluster:
-    """A cluster of ``device`` alone (to price a graph on it)."""
-    return Cluster(f"one-{device.name}", (device.instance("gpu0"),))
 
 
 def predicted(graph: Graph, device: Device, cost_name: str) -> dict[str, float]:

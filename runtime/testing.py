@@ -25,13 +25,20 @@ device (the same weights and inputs); the part is made from its spec and rebuilt
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from runtime.engine import ENGINES, Engine, EngineUnavailable, NumpyEngine
-from workloads.conformance import Check, ConformanceError, require_plugin_contract, run_checks
+from workloads.conformance import (
+    Check,
+    ConformanceError,
+    parametrize,
+    require_plugin_contract,
+    run_checks,
+)
 from workloads.conformance import require as _require
+from workloads.params import parse_spec
 
 if TYPE_CHECKING:
     from _pytest.mark import MarkDecorator
@@ -43,17 +50,14 @@ __all__ = ["CHECKS", "Check", "ConformanceError", "check_engine", "parametrize_w
 def _built(source: str) -> tuple[Engine, int, str]:
     """The engine of ``source``, how many devices were asked of it, and why not two: two
     devices unless the spec says how many, else one where two cannot be had."""
-    name, _, rest = source.partition(":")
-    given = [part for part in rest.split(",") if part]
-    asked = [value for key, _, value in (part.partition("=") for part in given)
-             if key.strip() == "devices"]
-    if asked:
-        engine: Engine = ENGINES.make(source)
-        return engine, int(asked[-1]), ""
+    cls: Any = ENGINES.get(source.partition(":")[0])  # a concrete engine: takes devices
+    _, kwargs = parse_spec(source, cls.params, what=ENGINES.what, error=cls.error)
+    if "devices" in kwargs:
+        return cls(**kwargs), kwargs["devices"], ""
     try:
-        return ENGINES.make(f"{name}:{','.join(['devices=2', *given])}"), 2, ""
+        return cls(devices=2, **kwargs), 2, ""
     except EngineUnavailable as err:
-        return ENGINES.make(f"{name}:{','.join(['devices=1', *given])}"), 1, str(err)
+        return cls(devices=1, **kwargs), 1, str(err)
 
 
 def _make(source: str) -> Engine:
@@ -146,12 +150,5 @@ def check_engine(source: str) -> None:
 def parametrize_with_checks(sources: Sequence[str]) -> MarkDecorator:
     """A ``pytest.mark.parametrize`` over (engine, check): one test item each, named
     ``<engine>-<check>``, skipped with the reason where this machine cannot run it."""
-    import pytest
-
-    reasons = {(source, check.name): unavailable(source, check)
-               for source in sources for check in CHECKS}
-    return pytest.mark.parametrize(("engine", "check"), [
-        pytest.param(source, check, id=f"{source}-{check.name}",
-                     marks=(pytest.mark.skip(reason=reasons[source, check.name]),)
-                     if reasons[source, check.name] else ())
-        for source in sources for check in CHECKS])
+    return parametrize(("engine", "check"), [(s, s, c) for s in sources for c in CHECKS],
+                       skip=unavailable)

@@ -77,12 +77,16 @@ def run_checks(checks: Sequence[Check[S]], source: S) -> None:
         raise ConformanceError("; ".join(failures))
 
 
-def parametrize(argnames: tuple[str, str], pairs: Sequence[tuple[S, str, Check[S]]]
-                ) -> MarkDecorator:
+def parametrize(argnames: tuple[str, str], pairs: Sequence[tuple[S, str, Check[S]]], *,
+                skip: Callable[[S, Check[S]], str] | None = None) -> MarkDecorator:
     """A ``pytest.mark.parametrize`` over (plug-in, check) pairs, each item named
-    ``<label>-<check>``."""
+    ``<label>-<check>``; ``skip(source, check)``, where given, says why this machine cannot
+    run an item ("" where it can), and the item skips with that reason."""
     import pytest
 
-    params = [pytest.param(source, check, id=f"{label}-{check.name}")
-              for source, label, check in pairs]
+    params = []
+    for source, label, check in pairs:
+        reason = skip(source, check) if skip else ""
+        params.append(pytest.param(source, check, id=f"{label}-{check.name}",
+                                   marks=(pytest.mark.skip(reason=reason),) if reason else ()))
     return pytest.mark.parametrize(argnames, params)

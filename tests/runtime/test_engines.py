@@ -3,10 +3,13 @@ declared, shown, checked and cloned the same way."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
-from runtime.engine import ENGINES, EngineUnavailable, NumpyEngine, make_engine
+from runtime.engine import ENGINES, Engine, EngineUnavailable, NumpyEngine, make_engine
 from runtime.testing import (
     CHECKS,
     ConformanceError,
@@ -44,6 +47,16 @@ def test_engine_conformance(engine: str, check) -> None:  # type: ignore[no-unty
     check(engine)
 
 
+@contextlib.contextmanager
+def registered(name: str, engine: type[Engine]) -> Iterator[None]:
+    """``engine`` registered as ``name`` for the block."""
+    ENGINES.register(name, engine)
+    try:
+        yield
+    finally:
+        ENGINES.unregister(name)
+
+
 class Lossy(NumpyEngine):
     """Rounds what it sends to a device to half precision."""
 
@@ -54,12 +67,8 @@ class Lossy(NumpyEngine):
 
 
 def test_the_suite_catches_an_engine_that_loses_precision() -> None:
-    ENGINES.register("lossy", Lossy)
-    try:
-        with pytest.raises(ConformanceError) as caught:
-            check_engine("lossy")
-    finally:
-        ENGINES.unregister("lossy")
+    with registered("lossy", Lossy), pytest.raises(ConformanceError) as caught:
+        check_engine("lossy")
     assert "[round_trip] engine 'lossy': an array sent to 'cpu0' came back different" in str(
         caught.value)
 
@@ -77,12 +86,9 @@ class OneOnly(NumpyEngine):
 
 
 def test_an_engine_with_one_device_here_runs_the_checks_one_device_allows() -> None:
-    ENGINES.register("one_only", OneOnly)
-    try:
+    with registered("one_only", OneOnly):
         check_engine("one_only")  # passes: the two-device checks are not run
         reasons = {check.name: unavailable("one_only", check) for check in CHECKS}
-    finally:
-        ENGINES.unregister("one_only")
     two = ("engine 'one_only': devices must be in [1, 1], got 2: this check needs two "
            "devices, the engine has one here")
     assert reasons == {"devices": "", "round_trip": "", "copies": two,
@@ -101,10 +107,6 @@ class OneWhateverAsked(NumpyEngine):
 
 
 def test_the_suite_catches_an_engine_that_builds_fewer_devices_than_asked() -> None:
-    ENGINES.register("one_whatever", OneWhateverAsked)
-    try:
-        with pytest.raises(ConformanceError) as caught:
-            check_engine("one_whatever:devices=2")
-    finally:
-        ENGINES.unregister("one_whatever")
+    with registered("one_whatever", OneWhateverAsked), pytest.raises(ConformanceError) as caught:
+        check_engine("one_whatever:devices=2")
     assert "[devices] engine 'one_whatever:devices=2': devices ('cpu0',)" in str(caught.value)
