@@ -36,3 +36,14 @@ def test_a_measurement_matches_the_graphs_the_zoo_builds(path) -> None:  # type:
 def test_a_gpu_the_catalog_does_not_know_is_refused_by_name() -> None:
     with pytest.raises(SystemExit, match="no catalog GPU for 'NVIDIA B300'"):
         catalog_name("NVIDIA B300")
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_no_gpu_measured_here_is_one_the_gpu_model_was_fitted_on(  # type: ignore[no-untyped-def]
+        path) -> None:
+    from hwmodels.gpufit import provenance_of
+    from hwmodels.published import TRAINING_GPUS
+
+    gpu = catalog_name(json.loads(path.read_text())["gpu"])
+    assert gpu not in TRAINING_GPUS
+    assert gpu not in provenance_of()["training_gpus"]  # what the shipped fit learnt from
