@@ -262,3 +262,14 @@ def test_runs_of_units_move_only_on_large_graphs_and_segments_is_a_share() -> No
                                                  rf"of the moves, in \[0, 1\], got {bad}$"):
             MCMC(segments=bad)
     assert MCMC(segments=0).segments == 0
+
+
+def test_the_optimum_summary_counts_a_plan_within_the_milps_tolerance_as_reached() -> None:
+    import pandas as pd
+
+    from benchmarks.search_quality import optimum_summary
+
+    df = pd.DataFrame({"gap_500": [0.03, -2e-6, 0.0], "gap_10000": [1e-4, 0.0, -1e-5]})
+    assert optimum_summary(df, [500, 10000]) == [
+        "500 evals: optimum reached on 2 of 3; mean gap 1.00%; worst 3.00%",
+        "10000 evals: optimum reached on 3 of 3; mean gap 0.00%; worst 0.01%"]
