@@ -211,3 +211,41 @@ def test_policies_take_parameters_by_name() -> None:
     with pytest.raises(PlacementError, match=r"policy 'pipeline': max_blocks must be an int "
                                              r">= 1, got 0"):
         make_policy("pipeline:max_blocks=0")
+
+
+_PLANS_DIGEST = """
+import hashlib, json
+from hwmodels import RooflineCost
+from policies import POLICIES, plan
+from policies.optimal import Optimal
+from policies.search import MCMC
+from policies.testing import CASES
+from sim import evaluator, simulate
+
+made = {"optimal": lambda: Optimal(node_limit=50), "mcmc": lambda: MCMC(evals=60)}
+for name in POLICIES.names():
+    for label, make_graph, make_cluster in CASES[3:]:
+        graph, cluster = make_graph(), make_cluster()
+        cost = RooflineCost(cluster)
+        policy = made.get(name, lambda: name)()
+        p = plan(graph, cluster, policy, cost,
+                 evaluate=evaluator(cluster, cost, links="fair") if name == "mcmc" else None)
+        text = json.dumps([p.placement, p.order, p.priority], sort_keys=True)
+        seconds = simulate(p, cluster, cost, links="fair").makespan_s
+        print(name, label, hashlib.sha256(text.encode()).hexdigest()[:16], repr(seconds))
+"""
+
+
+def test_every_policy_gives_the_same_plans_in_processes_of_other_hash_seeds() -> None:
+    # The same plan and simulated makespan on any machine: nothing may hang on the order
+    # of a set of strings, which Python shuffles per process unless PYTHONHASHSEED fixes it.
+    import os
+    import subprocess
+    import sys
+
+    runs = [subprocess.run([sys.executable, "-c", _PLANS_DIGEST], capture_output=True,
+                           text=True, check=True,
+                           env=os.environ | {"PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2024")]
+    assert runs[0].count("\n") == len(ALL) * len(CASES[3:])
+    assert runs[0] == runs[1]
