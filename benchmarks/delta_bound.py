@@ -150,9 +150,10 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     lines = [f"{describe()}, {datetime.date.today()}",
              f"command: python -m benchmarks.delta_bound --evals {args.evals}", "",
-             "On quad-v100-nvlink (four V100s, NVLink). Ceilings are of any prefix-reusing "
-             "evaluator; the last four columns time `sim.DeltaEvaluator` against full "
-             "simulations of the same candidates in the same run.", "",
+             "On quad-v100-nvlink (four V100s, NVLink). The first two ceilings are of any "
+             "prefix-reusing evaluator, the third of any exact one; the last four columns "
+             "time `sim.DeltaEvaluator` against full simulations of the same candidates in "
+             "the same run.", "",
              "| graph | ops | links | moves | median share left | ceiling, loop "
              "| loop share of a full evaluation | ceiling, with wiring "
              "| median share of ops retimed | ceiling, any exact delta | events skipped "
