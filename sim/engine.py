@@ -46,6 +46,7 @@ from policies.collectives import lower
 from policies.plans import Plan
 from sim.events import EventQueue
 from sim.hosts import HostSharing, shared_hosts
+from sim.links import bind
 from sim.memory import MemoryAccounts
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.result import SimResult, TraceColumns
@@ -78,8 +79,8 @@ class IssueOrder(Plugin, ABC):
     run: Simulation
 
     def attach(self, run: Simulation) -> None:
-        """Bind to ``run`` before it begins (a part serves one run)."""
-        self.run = run
+        """Bind to ``run`` before it begins (a part serves one run: :func:`sim.links.bind`)."""
+        bind(self, run)
 
     @abstractmethod
     def try_start(self, d: int) -> None:

@@ -32,9 +32,28 @@ from workloads.params import Param
 from workloads.plugin import Plugin
 
 if TYPE_CHECKING:
-    from sim.engine import Simulation
+    from sim.engine import IssueOrder, Simulation
 
 __all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention"]
+
+
+def bind(part: IssueOrder | LinkModel, run: Simulation) -> None:
+    """Bind a run's part (issue order, link model) to ``run``: a part keeps one run's state,
+    so one already serving another run is refused (give each run its own, ``clone()``).
+
+    >>> from sim.options import LINK_REGISTRY
+    >>> part, run, other = LINK_REGISTRY.make("fcfs"), object(), object()
+    >>> bind(part, run); bind(part, run)  # the same run again: nothing changes
+    >>> bind(part, other)
+    Traceback (most recent call last):
+    ...
+    workloads.errors.PlacementError: link model 'fcfs': already serves another run; ...
+    """
+    serves = part.__dict__.get("run")
+    if serves is not None and serves is not run:
+        raise PlacementError(f"{part.family} {part.name!r}: already serves another run; "
+                             f"give each run its own (clone())")
+    part.run = run
 
 
 class LinkModel(Plugin, ABC):
@@ -51,8 +70,8 @@ class LinkModel(Plugin, ABC):
     run: Simulation
 
     def attach(self, run: Simulation) -> None:
-        """Bind to ``run`` before it begins (a part serves one run)."""
-        self.run = run
+        """Bind to ``run`` before it begins (a part serves one run: :func:`bind`)."""
+        bind(self, run)
 
     @abstractmethod
     def start(self, k: int) -> None:
