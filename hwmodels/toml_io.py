@@ -79,7 +79,7 @@ def _device(where: str, t: Any) -> Device:
     return _spec(where, lambda: Device(
         name=t.name, kind=t.kind, description=t.description, gpu=_gpu(t.name, t.gpu),
         peak={k: v * TERA for k, v in t.peak_tflops.items()},
-        memory_bytes=int(t.memory_gib * GIB), memory_bandwidth=t.memory_bandwidth_gbps * GB,
+        memory_bytes=round(t.memory_gib * GIB), memory_bandwidth=t.memory_bandwidth_gbps * GB,
         launch_overhead_s=t.launch_overhead_us * MICRO, compute_streams=t.compute_streams,
         copy_engines=t.copy_engines,
         efficiency={k: v if isinstance(v, float) else tuple(v)
@@ -182,13 +182,18 @@ def _num(value: float) -> float | int:
     return int(rounded) if rounded == int(rounded) else rounded
 
 
+def _exact(value: float) -> float | int:
+    return int(value) if value == int(value) else value
+
+
 def device_table(d: Device) -> dict[str, Any]:
     """A device as the TOML table :func:`loads` reads back."""
     table: dict[str, Any] = {"name": d.model, "kind": d.kind}
     if d.description:
         table["description"] = d.description
     table.update({
-        "memory_gib": _num(d.memory_bytes / GIB),
+        # a byte count over 2**30 is an exact float: no rounding, so it reads back exactly
+        "memory_gib": _exact(d.memory_bytes / GIB),
         "memory_bandwidth_gbps": _num(d.memory_bandwidth / GB),
         "launch_overhead_us": _num(d.launch_overhead_s / MICRO),
         "compute_streams": d.compute_streams, "copy_engines": d.copy_engines,

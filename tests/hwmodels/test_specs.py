@@ -307,3 +307,17 @@ def test_a_file_breaking_the_efficiency_rule_names_the_path() -> None:
     with pytest.raises(HardwareSpecError, match=r"^my.toml: device\[0\].efficiency.matmul\[0\]"
                                                 r"\[1\]: expected a number <= 1, got 2$"):
         loads(TOY.format(memory=4) + "efficiency = { matmul = [[0, 2]] }\n", source="my.toml")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(min_value=1, max_value=2**50))
+def test_any_memory_in_bytes_reads_back_exactly(memory_bytes: int) -> None:
+    # written in GiB: any byte count, not only whole or short fractions of a GiB
+    device = toy_device("toy", memory_bytes=memory_bytes)
+    again = loads(dumps([device], []), known_models=get_device).devices["toy"]
+    assert again.memory_bytes == memory_bytes
+
+
+def test_memory_written_as_a_decimal_of_gib_is_rounded_to_the_nearest_byte() -> None:
+    text = TOY.format(memory="15.9")  # 17072495001.6 bytes
+    assert loads(text).devices["toy-npu"].memory_bytes == 17072495002
