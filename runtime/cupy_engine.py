@@ -77,13 +77,14 @@ class CupyEngine(Engine):
         if self.calibration is not None:
             return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
                                       count=self.count)
-        memory = self.cp.cuda.runtime.getDeviceProperties(0)["totalGlobalMem"]
-        return gpu_cluster(self.model, f"cupy-{self.count}", self.devices, self._gpu_name(),
-                           int(memory))
+        properties = self.cp.cuda.runtime.getDeviceProperties
+        return gpu_cluster(self.model, f"cupy-{self.count}", self.devices,
+                           [(self._gpu_name(i), int(properties(i)["totalGlobalMem"]))
+                            for i in range(self.count)])
 
     def cluster(self) -> Cluster:
-        """Uncalibrated, every GPU takes the figures of the catalog GPU the first GPU's
-        name names (an H100 where none matches) and its memory; calibrated, the file's."""
+        """Uncalibrated, each GPU takes the figures of the catalog GPU its name names (an
+        H100 where none matches) and its memory; calibrated, the file's."""
         return self._cluster
 
     def libraries(self) -> dict[str, str]:
@@ -91,8 +92,8 @@ class CupyEngine(Engine):
         return {**super().libraries(), "cupy": self.cp.__version__,
                 "cuda": str(self.cp.cuda.runtime.runtimeGetVersion()), "gpu": self._gpu_name()}
 
-    def _gpu_name(self) -> str:
-        name = self.cp.cuda.runtime.getDeviceProperties(0)["name"]
+    def _gpu_name(self, index: int = 0) -> str:
+        name = self.cp.cuda.runtime.getDeviceProperties(index)["name"]
         return name.decode() if isinstance(name, bytes) else str(name)
 
     @property

@@ -16,7 +16,7 @@ import os
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from functools import cached_property
 from pathlib import Path
@@ -261,23 +261,36 @@ def known_gpu(gpu_name: str) -> str | None:
     return next((v for k, v in GPU_FIGURES.items() if k in words), None)
 
 
-def gpu_cluster(model: str, name: str, devices: tuple[str, ...], gpu_name: str,
-                memory_bytes: int) -> Cluster:
-    """Uncalibrated GPUs of this machine: each the catalog GPU its name names
-    (:func:`gpu_figures`) with its real memory, named ``model``; links between them an
-    assumed PCIe, 25 GB/s and 10 us, until ``placelab calibrate`` measures them.
+def gpu_cluster(model: str, name: str, devices: tuple[str, ...],
+                gpus: Sequence[tuple[str, int]]) -> Cluster:
+    """Uncalibrated GPUs of this machine, ``gpus`` each device's (name as CUDA reports it,
+    memory in bytes): each the catalog GPU its name names (:func:`gpu_figures`) with its
+    real memory, those like the first named ``model`` and any other kind ``model-DEVICE``
+    after its first device; links between them an assumed PCIe, 25 GB/s and 10 us, until
+    ``placelab calibrate`` measures them.
 
-    >>> c = gpu_cluster("gpu-torch", "torch-cuda-1", ("cuda0",), "NVIDIA H200", 2**37)
+    >>> c = gpu_cluster("gpu-torch", "torch-cuda-1", ("cuda0",), [("NVIDIA H200", 2**37)])
     >>> c.devices[0].description
     'NVIDIA H200 (uncalibrated: the figures of h200-sxm-141gb)'
+    >>> mixed = gpu_cluster("gpu-torch", "torch-cuda-2", ("cuda0", "cuda1"),
+    ...                     [("NVIDIA H100 80GB HBM3", 2**36), ("NVIDIA A100-SXM4-80GB", 2**36)])
+    >>> [(d.model, d.peak_flops("bf16") / 1e12) for d in mixed.devices]
+    [('gpu-torch', 989.5), ('gpu-torch-cuda1', 312.0)]
     """
-    figures = gpu_figures(gpu_name)
-    spec = replace(get_device(figures), name=model, model=model, memory_bytes=memory_bytes,
-                   description=f"{gpu_name} (uncalibrated: the figures of {figures})")
-    slots = tuple(spec.instance(d) for d in devices)
+    kinds: dict[tuple[str, int], Device] = {}
+    slots = []
+    for device, (gpu_name, memory_bytes) in zip(devices, gpus, strict=True):
+        spec = kinds.get((gpu_name, memory_bytes))
+        if spec is None:
+            figures = gpu_figures(gpu_name)
+            label = f"{model}-{device}" if kinds else model
+            spec = kinds[gpu_name, memory_bytes] = replace(
+                get_device(figures), name=label, model=label, memory_bytes=memory_bytes,
+                description=f"{gpu_name} (uncalibrated: the figures of {figures})")
+        slots.append(spec.instance(device))
     links = tuple(Link(a, b, 25e9, 10e-6) for i, a in enumerate(devices)
                   for b in devices[i + 1:])
-    return Cluster(name, slots, links, hosts=dict.fromkeys(devices, "localhost"))
+    return Cluster(name, tuple(slots), links, hosts=dict.fromkeys(devices, "localhost"))
 
 
 def calibrated_cluster(path: str | Path, *, engine: str, model: str, count: int) -> Cluster:

@@ -220,8 +220,9 @@ class TorchCudaEngine(TorchEngine):
 
     Each device computes on a CUDA stream of its own (``synchronize`` waits on an event
     recorded there) and sends copies on a copy stream of its own, GPU to GPU. Uncalibrated,
-    every device takes the figures of the catalog GPU the first GPU's name names (an H100
-    where none matches) and its memory, as model ``gpu-torch``; links between GPUs are an
+    each device takes the figures of the catalog GPU its name names (an H100 where none
+    matches) and its memory, as model ``gpu-torch`` (another kind than the first GPU's as
+    ``gpu-torch-cudaI``, after its first device); links between GPUs are an
     assumed PCIe 25 GB/s and 10 us. FP32 graphs run in FP32 (PyTorch's TF32 shortcuts off
     while it runs). Its tests skip without a GPU.
     """
@@ -256,8 +257,9 @@ class TorchCudaEngine(TorchEngine):
         import torch
 
         return gpu_cluster(self.model, f"torch-cuda-{self.count}", self.devices,
-                           torch.cuda.get_device_name(0),
-                           torch.cuda.get_device_properties(0).total_memory)
+                           [(torch.cuda.get_device_name(i),
+                             torch.cuda.get_device_properties(i).total_memory)
+                            for i in range(self.count)])
 
     def _index(self, device: str) -> int:
         return int(device.removeprefix("cuda"))
