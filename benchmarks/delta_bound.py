@@ -1,5 +1,5 @@
-"""How much re-simulating only from a move's first changed event could save: the ceiling
-of prefix-reusing delta simulation under ``mcmc``'s own moves.
+"""How much re-simulating only what a move changes could save: the ceilings of delta
+simulation under ``mcmc``'s own moves.
 
 A search move changes a plan from some point of its timeline on; a simulator that kept the
 previous run could restore its state just before that point and simulate only the rest.
@@ -13,7 +13,7 @@ For every candidate ``mcmc`` scores, this finds the earliest time the move can c
   (its transfers change when it ends).
 
 The events left to simulate are the candidate's ops and transfers that start at or after
-that time. Against each candidate, the reference is whichever plan scored before it (the
+that time, the *share left*. Against each candidate, the reference is whichever plan scored before it (the
 last 50) lets the most be kept; the chain's current plan is among them, so the figure is an
 upper bound on what the chain would get.
 
@@ -22,18 +22,22 @@ latest of 16 snapshots per run from before that time, against the last four plan
 simulated) scores the same candidates as a full simulation does, both timed in the same run:
 its share of events skipped, milliseconds per evaluation, and the speed-up.
 
-Two ceilings per case, each the total of full evaluations over the total they would cost:
-``loop`` counts only the event loop (restoring state and wiring the new plan free), so no
-prefix-reusing evaluator can do better; ``with wiring`` charges each evaluation what a
-full one spends outside its event loop (building the new plan's lists), measured here.
+A second share bounds every exact evaluator, prefix-reusing or not (FlexFlow's delta
+simulation re-times only the tasks whose times change): whatever it reuses, it must still
+work out the new times of the ops whose start or end differs from every earlier plan's
+(the last 50 scored), the *share retimed*.
 
-A third bounds every exact evaluator, prefix-reusing or not (FlexFlow's delta simulation
-re-simulates only the tasks whose times change): whatever it reuses, it must still work
-out the new times of the ops whose start or end differs from every earlier plan's (the
-last 50 scored). ``ceiling, any exact delta`` is one over the mean share of such ops:
-the saving if each cost what a full run's loop spends per op and nothing else cost
-anything (transfers that change, restoring and wiring free), so an upper bound for an
-evaluator that works out an op's times no faster than the simulator does.
+Four ceilings per case, each the total time of full evaluations over the least the
+evaluator could spend, with each op or event it must redo costing what a full run's event
+loop spends on it, and restoring state free; ``s`` is the loop's share of a full
+evaluation (the rest builds the plan's lists, its *wiring*), measured here:
+
+* prefix, wiring paid: ``1 / (left · s + 1 - s)``: an evaluator that builds each new
+  plan's wiring in full, as :class:`sim.DeltaEvaluator` does;
+* prefix, wiring free: ``1 / (left · s)``: one that also updated the wiring for nothing;
+* exact, wiring paid and free: the same with the share retimed (transfers that change
+  free), so upper bounds for an evaluator that works out an op's times no faster than the
+  simulator does.
 
     python -m benchmarks.delta_bound [--evals 200] [--out F]
 """
@@ -135,12 +139,13 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int) ->
     mean_changed = float(np.mean(changed))
     saved = delta.stats["events_saved"] / (delta.stats["events_saved"]
                                            + delta.stats["events_run"])
-    return (f"| {label} | {len(graph):,} | {links} | {len(left)} "
-            f"| {np.median(left):.2f} | {1 / mean_left:.2f} | {share:.2f} "
-            f"| {1 / (mean_left * share + 1 - share):.2f} "
-            f"| {np.median(changed):.2f} | {1 / mean_changed:.2f} | {saved:.2f} "
-            f"| {clock['full'] / evals * 1e3:.1f} | {clock['delta'] / evals * 1e3:.1f} "
-            f"| {clock['full'] / clock['delta']:.2f} |")
+    ceilings = [1 / (x * share + paid * (1 - share))
+                for x in (mean_left, mean_changed) for paid in (1, 0)]
+    return (f"| {label} | {len(graph):,} | {links} | {len(left)} | {share:.2f} "
+            f"| {mean_left:.2f} | {mean_changed:.2f} | "
+            + " | ".join(f"{c:.2f}" for c in ceilings)
+            + f" | {saved:.2f} | {clock['full'] / evals * 1e3:.1f} "
+            f"| {clock['delta'] / evals * 1e3:.1f} | {clock['full'] / clock['delta']:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -150,15 +155,15 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     lines = [f"{describe()}, {datetime.date.today()}",
              f"command: python -m benchmarks.delta_bound --evals {args.evals}", "",
-             "On quad-v100-nvlink (four V100s, NVLink). The first two ceilings are of any "
-             "prefix-reusing evaluator, the third of any exact one; the last four columns "
-             "time `sim.DeltaEvaluator` against full simulations of the same candidates in "
-             "the same run.", "",
-             "| graph | ops | links | moves | median share left | ceiling, loop "
-             "| loop share of a full evaluation | ceiling, with wiring "
-             "| median share of ops retimed | ceiling, any exact delta | events skipped "
+             "On quad-v100-nvlink (four V100s, NVLink). Shares are means over the moves; "
+             "ceilings are against a whole full evaluation (see the script); the last four "
+             "columns time `sim.DeltaEvaluator` against full simulations of the same "
+             "candidates in the same run.", "",
+             "| graph | ops | links | moves | loop share s | share left | share retimed "
+             "| ceiling, prefix, wiring paid | ceiling, prefix, wiring free "
+             "| ceiling, exact, wiring paid | ceiling, exact, wiring free | events skipped "
              "| full ms/eval | delta ms/eval | speed-up |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
     gpt2 = training_graph(build_model("gpt2_small", batch=8), "adam")
     cases = [("layered DAG", layered_dag(1000, width=100, seed=0)),
