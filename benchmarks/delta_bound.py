@@ -13,9 +13,9 @@ For every candidate ``mcmc`` scores, this finds the earliest time the move can c
   (its transfers change when it ends).
 
 The events left to simulate are the candidate's ops and transfers that start at or after
-that time, the *share left*. Against each candidate, the reference is whichever plan scored before it (the
-last 50) lets the most be kept; the chain's current plan is among them, so the figure is an
-upper bound on what the chain would get.
+that time, the *share left*. Against each candidate, the reference is whichever plan scored
+before it (the last 50) lets the most be kept; the chain's current plan is among them, so
+the figure is an upper bound on what the chain would get.
 
 Beside them, the delta evaluator itself (:class:`sim.DeltaEvaluator`, which restores the
 latest of 16 snapshots per run from before that time, against the last four plans it

@@ -34,7 +34,7 @@ from workloads.plugin import Plugin
 if TYPE_CHECKING:
     from sim.engine import IssueOrder, Simulation
 
-__all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention"]
+__all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention", "bind"]
 
 
 def bind(part: IssueOrder | LinkModel, run: Simulation) -> None:
@@ -51,8 +51,8 @@ def bind(part: IssueOrder | LinkModel, run: Simulation) -> None:
     """
     serves = part.__dict__.get("run")
     if serves is not None and serves is not run:
-        raise PlacementError(f"{part.family} {part.name!r}: already serves another run; "
-                             f"give each run its own (clone())")
+        raise part.error(f"{part.family} {part.name!r}: already serves another run; "
+                         f"give each run its own (clone())")
     part.run = run
 
 

@@ -273,3 +273,7 @@ def test_the_optimum_summary_counts_a_plan_within_the_milps_tolerance_as_reached
     assert optimum_summary(df, [500, 10000]) == [
         "500 evals: optimum reached on 2 of 3; mean gap 1.00%; worst 3.00%",
         "10000 evals: optimum reached on 3 of 3; mean gap 0.00%; worst 0.01%"]
+    # further below the proven optimum than its tolerance: the two models disagree
+    with pytest.raises(ValueError, match=r"^gap_500: mcmc below the MILP's proven optimum "
+                                         r"by more than its tolerance \(-2.00e-03\)"):
+        optimum_summary(pd.DataFrame({"gap_500": [0.0, -2e-3]}), [500])

@@ -127,29 +127,30 @@ def test_a_part_name_is_taken_once() -> None:
         ORDER_REGISTRY.register("plan", IssueOrder)
 
 
-@pytest.mark.parametrize("part", ["order", "links"])
-def test_a_part_serving_one_run_is_refused_by_another(part: str) -> None:
-    from sim.engine import PlanOrder
+def _pair_run(order: IssueOrder, links: LinkModel) -> Simulation:
+    """A two-op run on two devices, composed of ``order`` and ``links``."""
     from sim.wiring import wire
 
     cluster = toy_cluster(2)
     graph = Graph("pair", [op("a"), op("b", inputs=("a",))])
     p = Plan(graph, {"a": "d0", "b": "d1"}, {"d0": ["a"], "d1": ["b"]})
-    cost = FixedCost(cluster, default=1e-3)
-    shared = PlanOrder() if part == "order" else LINK_REGISTRY.make("fair")
+    made = Simulation(wire(p, cluster, FixedCost(cluster, default=1e-3)), cluster,
+                      cluster.device_names, p)
+    return made.compose(order, links)
 
-    def run() -> Simulation:
-        made = Simulation(wire(p, cluster, cost), cluster, cluster.device_names, p)
-        return (made.compose(shared, NoContention()) if part == "order"
-                else made.compose(PlanOrder(), shared))
 
-    first = run()
-    first.compose(first.issue, first.links)  # the same run again is fine
-    name = "issue order 'plan'" if part == "order" else "link model 'fair'"
-    with pytest.raises(PlacementError, match=rf"^{name}: already serves another run; give "
-                                             r"each run its own \(clone\(\)\)$"):
-        run()
-    # a clone serves a run of its own
-    fresh = shared.clone()
-    Simulation(wire(p, cluster, cost), cluster, cluster.device_names, p).compose(
-        fresh if part == "order" else PlanOrder(), NoContention() if part == "order" else fresh)
+def test_a_part_serving_one_run_is_refused_by_another() -> None:
+    from sim.engine import PlanOrder
+
+    order, links = PlanOrder(), LINK_REGISTRY.make("fair")
+    first = _pair_run(order, links)
+    first.compose(order, links)  # the same run again is fine
+    for refused, name in ((lambda: _pair_run(order, NoContention()), "issue order 'plan'"),
+                          (lambda: _pair_run(PlanOrder(), links), "link model 'fair'")):
+        with pytest.raises(PlacementError, match=rf"^{name}: already serves another run; "
+                                                 r"give each run its own \(clone\(\)\)$"):
+            refused()
+    assert order.run is first and links.run is first  # the first run keeps its parts
+    # clones serve a run of their own
+    second = _pair_run(order.clone(), links.clone())
+    assert second.issue.run is second and second.links.run is second
