@@ -309,6 +309,12 @@ def calibrate(engine: Engine, *, quick: bool = False, progress: Progress | None 
     from runtime.microbench import time_copies
     from runtime.sampling import FAMILIES
 
+    kinds = {d.model: d.description or d.model for d in engine.cluster().devices}
+    if len(kinds) > 1:  # ops are timed on the first device, and priced so on every one
+        raise CalibrationError(f"engine {engine.name!r}: its devices differ "
+                               f"({'; '.join(kinds.values())}): a calibration times the "
+                               f"first and would price every device so; calibrate with "
+                               f"--devices 1")
     budget = budget or (Budget.quick() if quick else Budget.full())
     show = progress or _quiet
     caches = cache_sizes()

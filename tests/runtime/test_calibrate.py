@@ -308,3 +308,27 @@ def test_validate_refuses_an_engine_this_machine_cannot_run(capsys) -> None:
         main(["calibrate", "--cases", "0", "--out", "x.toml"])
     assert exc.value.code == 2
     assert "argument --cases: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_a_machine_of_mixed_devices_is_refused_before_anything_is_timed() -> None:
+    from runtime.calibrate import calibrate
+    from runtime.engine import gpu_cluster
+    from workloads.errors import CalibrationError
+
+    class Mixed(NumpyEngine):
+        """Two devices of different kinds, as a machine with an H100 and an A100."""
+
+        def cluster(self):  # type: ignore[no-untyped-def]
+            return gpu_cluster("gpu-mixed", "mixed-2", self.devices,
+                               [("NVIDIA H100 80GB HBM3", 2**36),
+                                ("NVIDIA A100-SXM4-80GB", 2**36)])
+
+        def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise AssertionError("nothing may be timed")
+
+    with pytest.raises(CalibrationError, match=(
+            r"^engine 'cpu': its devices differ \(NVIDIA H100 80GB HBM3 \(uncalibrated: "
+            r"the figures of h100-sxm5-80gb\); NVIDIA A100-SXM4-80GB \(uncalibrated: the "
+            r"figures of a100-sxm4-80gb\)\): a calibration times the first and would price "
+            r"every device so; calibrate with --devices 1$")):
+        calibrate(Mixed(devices=2), quick=True)
