@@ -439,7 +439,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     from hwmodels.cost import RooflineCost
     from policies.base import make_policy, plan
     from runtime.executor import execute
-    from sim.engine import evaluator, simulate
+    from sim.delta import search_evaluator
+    from sim.engine import simulate
 
     if not args.model and not args.graph:
         raise PlacelabError("run: expected --model NAME or --graph FILE, got neither")
@@ -448,7 +449,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     engine = make_engine(args.engine, args.devices)
     cluster = engine.cluster()
     cost = RooflineCost(cluster)
-    p = plan(graph, cluster, args.policy, cost, evaluate=evaluator(cluster, cost))
+    p = plan(graph, cluster, args.policy, cost, evaluate=search_evaluator(graph, cluster, cost))
     measured = execute(p, engine, warmup=args.warmup, repeats=args.repeats, seed=args.seed)
     predicted = simulate(p, cluster, cost)
     if args.trace:

@@ -250,7 +250,8 @@ def simulate_spec(spec: RunSpec) -> Simulated:
     """
     from policies.base import plan
     from policies.bounds import lower_bound
-    from sim.engine import evaluator, simulate
+    from sim.delta import search_evaluator
+    from sim.engine import simulate
 
     cluster = spec.built_cluster()
     graph = _graph(spec.model, spec.batch, spec.seq_len, spec.dtype, spec.train,
@@ -261,7 +262,7 @@ def simulate_spec(spec: RunSpec) -> Simulated:
     bound = lower_bound(graph, cluster, cost)
     # a search scores its candidates by what the simulator will say of them
     p = plan(graph, cluster, policy, cost,
-             evaluate=evaluator(cluster, cost, links=spec.links, order=spec.order)
+             evaluate=search_evaluator(graph, cluster, cost, links=spec.links, order=spec.order)
              if policy.scores_plans else None)
     start = time.perf_counter()
     result = simulate(p, cluster, cost, links=spec.links, order=spec.order)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from workloads.lazy import attach
 
 if TYPE_CHECKING:
-    from sim.delta import DeltaEvaluator
+    from sim.delta import DeltaEvaluator, search_evaluator
     from sim.engine import evaluator, simulate
     from sim.gantt import plot_gantt
     from sim.options import LINK_MODELS, ORDERS
@@ -27,12 +27,14 @@ _WHERE = {"LINK_MODELS": "options", "ORDERS": "options", "TRACE_COLUMNS": "resul
           "plot_gantt": "gantt", "simulate": "engine", "evaluator": "engine", "SHARING": "sharing",
           "SharingPolicy": "sharing", "make_sharing": "sharing",
           "register_sharing": "sharing", "Job": "tenants", "TenantResult": "tenants",
-          "jain_index": "tenants", "simulate_jobs": "tenants", "DeltaEvaluator": "delta"}
+          "jain_index": "tenants", "simulate_jobs": "tenants", "DeltaEvaluator": "delta",
+          "search_evaluator": "delta"}
 
 __all__ = ["LINK_MODELS", "ORDERS", "SHARING", "TRACE_COLUMNS", "DeltaEvaluator", "Job",
            "SharingPolicy",
            "SimResult", "TenantResult", "TraceColumns", "chrome_trace", "evaluator",
            "jain_index",
-           "make_sharing", "plot_gantt", "register_sharing", "simulate", "simulate_jobs"]
+           "make_sharing", "plot_gantt", "register_sharing", "search_evaluator", "simulate",
+           "simulate_jobs"]
 
 __getattr__, __dir__ = attach(__name__, _WHERE)

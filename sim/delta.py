@@ -27,6 +27,7 @@ other than ``fcfs``, ``fair`` and ``none``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,18 +36,44 @@ import numpy as np
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from sim.engine import PlanOrder, Simulation, simulate
+from sim.engine import PlanOrder, Simulation, evaluator, simulate
 from sim.hosts import shared_hosts
 from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.wiring import Wiring, wire
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
+from workloads.graph import Graph
 
-__all__ = ["DeltaEvaluator", "divergence"]
+__all__ = ["DELTA_FROM", "DeltaEvaluator", "divergence", "search_evaluator"]
 
 #: The link models whose state a snapshot knows how to carry.
 _LINKS = (FirstComeFirstServed, FairSharing, NoContention)
+#: Graphs of at least this many ops are searched with delta simulation: it saved
+#: 1.06-1.09x at 1k ops and 1.17-1.25x at 10k, and was slower at 694
+#: (``benchmarks/delta_bound.py``, RESULTS.md).
+DELTA_FROM = 1000
+
+
+def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
+                     order: str = "plan") -> Callable[[Plan], float]:
+    """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator` on
+    graphs of :data:`DELTA_FROM` ops or more, the full simulation (:func:`sim.evaluator`)
+    below; either scores every plan alike, to the bit.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from workloads import build_model
+    >>> from workloads.synthetic import layered_dag
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> cost = RooflineCost(c)
+    >>> type(search_evaluator(layered_dag(1000, width=50, seed=0), c, cost)).__name__
+    'DeltaEvaluator'
+    >>> search_evaluator(build_model("mlp"), c, cost).__name__
+    'evaluate'
+    """
+    if len(graph) >= DELTA_FROM:
+        return DeltaEvaluator(cluster, cost, links=links, order=order)
+    return evaluator(cluster, cost, links=links, order=order)
 
 
 def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> float:

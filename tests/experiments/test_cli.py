@@ -460,6 +460,31 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
 
 
+def test_a_search_on_a_large_graph_is_scored_by_delta_simulation_alike(capsys,
+                                                                       monkeypatch) -> None:
+    # the same search, scored by full simulations, then by delta simulation from 10 ops on
+    import sim.delta
+
+    made = []
+
+    class Counted(sim.delta.DeltaEvaluator):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    argv = ["simulate", "--model", "mlp", "--batch", "16", "--train", "--cluster",
+            "quad-v100-nvlink", "--links", "fair", "--policy", "mcmc:evals=40,start=heft",
+            "--json"]
+    code, full, _ = run(capsys, *argv)
+    assert code == 0 and not made
+    monkeypatch.setattr(sim.delta, "DELTA_FROM", 10)
+    monkeypatch.setattr(sim.delta, "DeltaEvaluator", Counted)
+    code, delta, _ = run(capsys, *argv)
+    assert code == 0 and len(made) == 1 and made[0].stats["evaluations"] == 40
+    assert json.loads(delta)["search"] == json.loads(full)["search"]
+    assert json.loads(delta)["makespan_s"] == json.loads(full)["makespan_s"]
+
+
 @pytest.mark.parametrize("argv", [
     ["simulate", "--model", "mlp", "--cluster", "workstation", "--policy", "heft", "--json"],
     ["simulate", "--model", "mlp", "--batch", "32", "--cluster", "quad-v100-nvlink", "--dp",
