@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hwmodels.spec import Cluster
-from runtime.engine import Engine, EngineUnavailable, calibrated_cluster, gpu_cluster
+from runtime.engine import Engine, EngineUnavailable, gpu_cluster
 from workloads.params import Param
 
 __all__ = ["CupyEngine", "cupy_unavailable"]
@@ -72,11 +71,7 @@ class CupyEngine(Engine):
     def devices(self) -> tuple[str, ...]:
         return tuple(f"gpu{i}" for i in range(self.count))
 
-    @cached_property
-    def _cluster(self) -> Cluster:
-        if self.calibration is not None:
-            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
-                                      count=self.count)
+    def _uncalibrated(self) -> Cluster:
         properties = self.cp.cuda.runtime.getDeviceProperties
         return gpu_cluster(self.model, f"cupy-{self.count}", self.devices,
                            [(self._gpu_name(i), int(properties(i)["totalGlobalMem"]))

@@ -59,6 +59,9 @@ class Engine(Plugin, ABC):
     #: parameter; None: as many as the machine has)
     count: int
     requested: int | None
+    #: the device model of its cluster, and the calibration file it takes, if any
+    model: ClassVar[str] = ""
+    calibration: str | None = None
 
     def get_params(self) -> dict[str, Any]:
         """The declared parameters; ``devices`` is the count asked for (the property of
@@ -76,6 +79,19 @@ class Engine(Plugin, ABC):
     @abstractmethod
     def cluster(self) -> Cluster:
         """The engine's devices and the links between them, as a placeable cluster."""
+
+    @cached_property
+    def _cluster(self) -> Cluster:
+        """For an engine that takes a calibration file: the file's devices and links where
+        it was given one, else :meth:`_uncalibrated`'s (computed once)."""
+        if self.calibration is not None:
+            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
+                                      count=self.count)
+        return self._uncalibrated()
+
+    def _uncalibrated(self) -> Cluster:
+        """The engine's cluster before any calibration (for :attr:`_cluster`)."""
+        raise NotImplementedError(f"engine {self.name!r} takes no calibration file")
 
     @property
     @abstractmethod
@@ -166,6 +182,7 @@ class NumpyEngine(Engine):
     """
 
     name = "cpu"
+    model = "host-cpu"
     params = (Param("devices", "int", 1, minimum=1, doc="logical CPU devices"),
               Param("calibration", "str", None, optional=True,
                     doc="a calibration file whose devices and links this engine takes"),
@@ -184,12 +201,8 @@ class NumpyEngine(Engine):
     def devices(self) -> tuple[str, ...]:
         return tuple(f"cpu{i}" for i in range(self.count))
 
-    @cached_property
-    def _cluster(self) -> Cluster:
-        if self.calibration is not None:
-            return calibrated_cluster(self.calibration, engine=self.name, model="host-cpu",
-                                      count=self.count)
-        return host_cluster("host-cpu", f"numpy-{self.count}", self.devices, self.threads)
+    def _uncalibrated(self) -> Cluster:
+        return host_cluster(self.model, f"numpy-{self.count}", self.devices, self.threads)
 
     def cluster(self) -> Cluster:
         return self._cluster

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +32,6 @@ from runtime.engine import (
     Engine,
     EngineUnavailable,
     _cores,
-    calibrated_cluster,
     gpu_cluster,
     host_cluster,
 )
@@ -108,13 +106,6 @@ class TorchEngine(Engine):
     @property
     def devices(self) -> tuple[str, ...]:
         return tuple(f"cpu{i}" for i in range(self.count))
-
-    @cached_property
-    def _cluster(self) -> Cluster:
-        if self.calibration is not None:
-            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
-                                      count=self.count)
-        return self._uncalibrated()
 
     def _uncalibrated(self) -> Cluster:
         return host_cluster(self.model, f"torch-{self.count}", self.devices, self.threads)
