@@ -84,7 +84,7 @@ def measure(args: argparse.Namespace) -> None:
     import torch
 
     from runtime.engine import make_engine
-    from runtime.microbench import _op_seconds, _timed
+    from runtime.microbench import time_ops
 
     engine = make_engine(args.engine, 1)
     gpu = torch.cuda.is_available()
@@ -111,9 +111,8 @@ def measure(args: argparse.Namespace) -> None:
                          f"got {unknown}")
     for name in names:
         start = time.perf_counter()
-        run = _timed(engine, GRAPHS[name](), warmup=2, repeats=args.repeats,
-                     min_seconds=args.min_seconds, seed=0)
-        ops = _op_seconds(run)
+        run, ops = time_ops(engine, GRAPHS[name](), warmup=2, repeats=args.repeats,
+                            min_seconds=args.min_seconds, seed=0)
         graphs[name] = {"makespans_s": run.makespans_s, "op_seconds": ops}
         print(f"{name}: {statistics.median(run.makespans_s) * 1e3:.2f} ms over "
               f"{len(run.makespans_s)} runs, {len(ops)} ops "

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Sample", "ShapeSample", "Timed", "calibration_graphs", "contexts",
            "median_time", "pinned", "probe_graph", "reference_seconds", "time_cases",
-           "time_copies", "time_graphs"]
+           "time_copies", "time_graphs", "time_ops"]
 
 Progress = Callable[[Iterable[Any]], Iterable[Any]]
 
@@ -175,6 +175,23 @@ def _op_seconds(run: RunResult) -> dict[str, float]:
     return busy
 
 
+def time_ops(engine: Engine, graph: Graph, *, warmup: int = 1, repeats: int = 3,
+             min_seconds: float = 0.5, seed: int = 0) -> tuple[RunResult, dict[str, float]]:
+    """``graph`` on the engine's first device (at least ``repeats`` runs and
+    ``min_seconds`` in all) and each op's median busy time there, in context (the
+    device's last op also paying the run's median idle time between ops).
+
+    >>> from runtime.engine import NumpyEngine
+    >>> from workloads import build_model
+    >>> run, seconds = time_ops(NumpyEngine(), build_model("mlp"), min_seconds=0.01)
+    >>> set(seconds) <= set(build_model("mlp").names) and run.makespan_s > 0
+    True
+    """
+    run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
+                 seed=seed)
+    return run, _op_seconds(run)
+
+
 def _samples(graph: Graph, seconds: Mapping[str, float], caches: Sequence[int]
              ) -> list[OpSample]:
     from hwmodels.cost import op_batch, op_signature
@@ -200,10 +217,10 @@ def time_cases(engine: Engine, configs: Sequence[Config], *, warmup: int = 1,
     for config in progress(list(configs)):
         graph = build(config)
         speed = reference_seconds(engine)
-        run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
-                     seed=seed)
+        run, seconds = time_ops(engine, graph, warmup=warmup, repeats=repeats,
+                                min_seconds=min_seconds, seed=seed)
         gaps += _gaps(run.trace)
-        out += [Timed(s, config, speed) for s in _samples(graph, _op_seconds(run), caches)]
+        out += [Timed(s, config, speed) for s in _samples(graph, seconds, caches)]
     return out, gaps
 
 
@@ -220,9 +237,9 @@ def time_graphs(engine: Engine, graphs: list[Graph], *, warmup: int = 1, repeats
     samples, starts = [], []
     for graph in progress(graphs):
         speed = reference_seconds(engine)
-        run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
-                     seed=seed)
-        for s in _samples(graph, _op_seconds(run), caches):
+        run, seconds = time_ops(engine, graph, warmup=warmup, repeats=repeats,
+                                min_seconds=min_seconds, seed=seed)
+        for s in _samples(graph, seconds, caches):
             batch = op_batch(graph.op(s.name), graph)
             samples.append(ShapeSample(s.key, s.signature, batch, s.seconds, s, speed))
         starts.append(float(run.trace["start_s"].min()))

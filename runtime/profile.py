@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from hwmodels.cost import op_batch, op_signature
 from hwmodels.profiles import Entry, ProfileStore
 from runtime.engine import Engine
-from runtime.microbench import _op_seconds, _timed
+from runtime.microbench import time_ops
 from workloads.graph import Graph
 
 __all__ = ["Profiled", "profile_graph"]
@@ -49,9 +49,8 @@ def profile_graph(engine: Engine, graph: Graph, store: ProfileStore, *, repeats:
     """Run ``graph`` on the engine's first device (at least ``repeats`` runs and
     ``min_seconds`` in all), and store each distinct signature's median time, all in one
     transaction."""
-    run = _timed(engine, graph, warmup=warmup, repeats=repeats, min_seconds=min_seconds,
-                 seed=seed)
-    seconds = _op_seconds(run)
+    run, seconds = time_ops(engine, graph, warmup=warmup, repeats=repeats,
+                            min_seconds=min_seconds, seed=seed)
     groups: dict[tuple[str, str, int], list[float]] = {}
     kinds: dict[tuple[str, str, int], str] = {}
     for op in graph:
