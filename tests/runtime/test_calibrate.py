@@ -323,8 +323,8 @@ def test_a_machine_of_mixed_devices_is_refused_before_anything_is_timed() -> Non
                                [("NVIDIA H100 80GB HBM3", 2**36),
                                 ("NVIDIA A100-SXM4-80GB", 2**36)])
 
-        def run(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            raise AssertionError("nothing may be timed")
+        def to_device(self, host, device):  # type: ignore[no-untyped-def]
+            raise AssertionError("nothing may run: every timing sends arrays first")
 
     with pytest.raises(CalibrationError, match=(
             r"^engine 'cpu': its devices differ \(NVIDIA H100 80GB HBM3 \(uncalibrated: "
