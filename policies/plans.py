@@ -231,9 +231,29 @@ class Plan:
 
     def _order_ids(self) -> list[np.ndarray]:
         """Each device's order as the graph positions of its ops."""
-        position = self.graph.arrays.position
-        return [np.fromiter(map(position.__getitem__, ops), np.int64, len(ops))
-                for ops in self.order.values()]
+        return list(self.order_positions(tuple(self.order)))
+
+    def order_positions(self, devices: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+        """Each of ``devices``' order as the ``graph.arrays`` positions of its ops (empty
+        for a device the plan does not use).
+
+        >>> from policies import plan
+        >>> from hwmodels import get_cluster
+        >>> from workloads import build_model
+        >>> p = plan(build_model("mlp"), get_cluster("workstation"), "single_device")
+        >>> [len(o) for o in p.order_positions(("gpu0", "cpu0"))] == [len(p.graph), 0]
+        True
+        """
+        positions: dict[str, list[int] | np.ndarray] = self.__dict__.setdefault(
+            "_positions", {})
+        rank = self.graph.arrays.position
+        for d in devices:
+            if not isinstance(positions.get(d), np.ndarray):
+                ids = np.fromiter(positions[d] if d in positions else
+                                  map(rank.__getitem__, self.order.get(d, ())), np.int64)
+                ids.setflags(write=False)  # shared by every caller
+                positions[d] = ids
+        return tuple(positions[d] for d in devices)  # type: ignore[misc]
 
     def _check_producers_first(self, chains: list[np.ndarray]) -> None:
         """No op is ordered before a producer on its own device (each op on one device)."""
@@ -257,14 +277,16 @@ class Plan:
             return False  # a collective is listed on each of its devices
         rank = self.graph.arrays.position
         listed = 0
+        positions = {}
         for device, ops in self.order.items():
             where = list(map(self.placement.get, ops))
             if where.count(device) != len(ops):
                 return False
-            ranks = list(map(rank.__getitem__, ops))
+            ranks = positions[device] = list(map(rank.__getitem__, ops))
             if not all(map(operator.lt, ranks, itertools.islice(ranks, 1, None))):
                 return False
             listed += len(ops)
+        self.__dict__["_positions"] = positions  # what order_positions gives, found here
         return listed == len(self.placement)
 
     def _check_listed(self) -> dict[tuple[str, str], int]:

@@ -46,7 +46,7 @@ from policies.collectives import lower
 from policies.plans import Plan
 from sim.events import EventQueue
 from sim.hosts import HostSharing, shared_hosts
-from sim.links import bind
+from sim.links import FirstComeFirstServed, NoContention, bind
 from sim.memory import MemoryAccounts
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.result import SimResult, TraceColumns
@@ -58,8 +58,11 @@ from workloads.plugin import Plugin
 if TYPE_CHECKING:
     from sim.links import LinkModel
 
-__all__ = ["ORDERS", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation", "evaluator",
-           "simulate"]
+#: The link models the compiled loop runs (:class:`CompiledRun`).
+_COMPILED_LINKS = (FirstComeFirstServed, NoContention)
+
+__all__ = ["ORDERS", "CompiledRun", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation",
+           "evaluator", "simulate"]
 
 
 class IssueOrder(Plugin, ABC):
@@ -223,7 +226,7 @@ class Simulation:
 
     def _init_memory(self, w: Wiring) -> None:
         """Compose the memory part; the hot path works on its lists directly."""
-        m = self.memory = self.memory_accounts(self, w)
+        m = self.memory = self.memory_accounts(self, w.resident)
         self.capacity, self.used, self.resident = m.capacity, m.used, m.resident
         self.peak, self.timeline = m.peak, m.timeline
         self._new_peak = m.over_peak
@@ -371,6 +374,79 @@ class Simulation:
             collective=frozenset(self.plan.step_of) if self.plan else frozenset())
 
 
+class CompiledRun(Simulation):
+    """A :class:`Simulation` of plan order and ``fcfs`` or ``none`` links on devices that
+    share no host, its events run by compiled code (:mod:`sim.compiled`) on the plan's
+    arrays (:class:`sim.slots.Slots`, no :class:`Wiring`): the same model, the same result
+    to the bit, without a Python call per event. :func:`simulate` runs every such
+    composition so.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from policies import plan
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> cost = RooflineCost(c)
+    >>> p = plan(build_model("mlp"), c, "round_robin")
+    >>> fast = CompiledRun(p, c, cost, contention=True)
+    >>> slow = Simulation(wire(p, c, cost), c, c.device_names, p)
+    >>> _ = slow.compose(PlanOrder, FirstComeFirstServed)
+    >>> fast.run(); slow.run()
+    >>> fast.start == slow.start and fast.t_end == slow.t_end and fast.peak == slow.peak
+    True
+    """
+
+    def __init__(self, plan: Plan, cluster: Cluster, cost: CostModel, *,
+                 contention: bool) -> None:
+        from sim.slots import Slots  # numba: paid by the first run that needs it
+
+        self.env = EventQueue()
+        self.plan, self.cluster, self.contention = plan, cluster, contention
+        self.devices = list(cluster.device_names)
+        self.n_dev = len(self.devices)
+        self.slots = Slots(plan.graph, cluster, cost)
+        self.inputs = self.slots.inputs(plan)
+        a = plan.graph.arrays
+        self.names, self.op_flops = a.names, a.flops.astype(np.int64)
+        self.op_bytes = a.moved_bytes.astype(np.int64)
+        self.op_dev, self.op_time = self.inputs.op_dev.tolist(), self.inputs.op_time.tolist()
+        self.slot = self.slots.transfer_slots(self.inputs.op_dev)  # plan.transfers' own
+        self.transfer_names = tuple(t.name for t in plan.transfers)
+        tensor = self.slot // self.n_dev
+        self.t_src = self.inputs.op_dev[a.tensor_producer[tensor]].tolist()
+        self.t_dst = (self.slot % self.n_dev).tolist()
+        self.t_bytes = a.tensor_bytes[tensor].astype(np.int64).tolist()
+        channels = self.slots.channels
+        pair_channels = [tuple(channels[c] for c in self.slots.columns.route[
+            self.slots.columns.route_off[p]:self.slots.columns.route_off[p + 1]])
+            for p in range(self.n_dev ** 2)]
+        self.t_channels = tuple(pair_channels[s * self.n_dev + d]
+                                for s, d in zip(self.t_src, self.t_dst, strict=True))
+        self.memory = MemoryAccounts(self, self.slots.resident(self.inputs))
+        self.capacity, self.used, self.resident = (self.memory.capacity, self.memory.used,
+                                                   self.memory.resident)
+        self.peak, self.timeline = self.memory.peak, self.memory.timeline
+
+    def run(self) -> None:
+        from sim import compiled
+
+        g, p = self.slots.columns, self.inputs
+        s = self.slots.state(p, record=True, overflowed=bool(self.memory.overflow))
+        compiled.begin(g, p, s, self.contention)
+        compiled.advance(g, p, s, self.contention, 2**62)
+        self.start, self.stream = s.start.tolist(), s.stream.tolist()
+        self.next = (s.nxt - p.order_off[:-1]).tolist()
+        self.t_start, self.t_end = s.t_start[self.slot].tolist(), s.t_end[self.slot].tolist()
+        self.t_engine = s.t_engine[self.slot].tolist()
+        self.used[:], self.peak[:] = s.used.tolist(), s.peak.tolist()
+        self.timeline[:] = s.log[:s.count[2]].ravel().tolist()
+        d, op, k, used = s.over.tolist()
+        if d >= 0:
+            self.env.now = float(s.over_at[0])
+            transfer = None if k < 0 else int(np.flatnonzero(self.slot == k)[0])
+            self.memory.over_peak(d, used, op, transfer)
+            self.peak[d] = int(s.peak[d])
+
+
 def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0",
              order: str = "plan", links: str = "fcfs") -> SimResult:
     """Execute ``plan`` on ``cluster`` in simulated time and return the result.
@@ -398,10 +474,14 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     cost.check_cluster(cluster, "simulate")
     plan = lower(plan, cluster)
     hosts = shared_hosts(cluster)
+    issue, link_model = ORDER_REGISTRY.make(order), LINK_REGISTRY.make(links)
     with gc_paused():
-        run = Simulation(wire(plan, cluster, cost), cluster, cluster.device_names, plan)
-        run.compose(ORDER_REGISTRY.make(order), LINK_REGISTRY.make(links),
-                    None if hosts is None else (*hosts, None))
+        if hosts is None and type(issue) is PlanOrder and type(link_model) in _COMPILED_LINKS:
+            run: Simulation = CompiledRun(plan, cluster, cost,
+                                          contention=type(link_model) is FirstComeFirstServed)
+        else:
+            run = Simulation(wire(plan, cluster, cost), cluster, cluster.device_names, plan)
+            run.compose(issue, link_model, None if hosts is None else (*hosts, None))
         run.run()
         result = run.result(job)
     result.cost_sources = _sources(cost, plan, np.asarray(run.op_dev, dtype=np.int64),

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from sim.engine import Simulation
-    from sim.wiring import Wiring
 
 __all__ = ["MemoryAccounts"]
 
@@ -36,10 +37,10 @@ class MemoryAccounts:
     (True, True)
     """
 
-    def __init__(self, run: Simulation, w: Wiring) -> None:
+    def __init__(self, run: Simulation, resident: np.ndarray) -> None:
         self.run = run
         self.capacity = [run.cluster.device(d).memory_bytes for d in run.devices]
-        self.used: list[int] = w.resident.tolist()
+        self.used: list[int] = resident.tolist()
         self.resident = list(self.used)
         self.peak = list(self.used)
         # (time, device, bytes) triples laid flat: numbers only, nothing for the GC to scan

@@ -133,8 +133,8 @@ class JobAccounts(MemoryAccounts):
 
     run: SharedRun
 
-    def __init__(self, run: SharedRun, w: Wiring) -> None:
-        super().__init__(run, w)
+    def __init__(self, run: SharedRun, resident: np.ndarray) -> None:
+        super().__init__(run, resident)
         n = run.n_physical
         self.overflow = ""
         self.used = [0] * len(run.devices)  # parameters arrive with their job

@@ -1,0 +1,425 @@
+"""The event loop of the commonest run, compiled: plan order, ``fcfs`` or ``none`` links,
+one job, no shared hosts.
+
+:class:`sim.engine.Simulation` runs any composition of parts with a Python callback per
+event; for the composition nearly every run uses (the defaults of :func:`sim.simulate` and
+of a search's evaluator) this module runs the same events in compiled code (numba). It is
+the same model operation for operation, so every time, engine, peak and memory record equals
+the Python loop's to the bit: events are due at ``now + delay`` and those due at the same
+time run in the order they were scheduled (the heap's key is time and sequence number, as
+:class:`sim.events.EventQueue`'s); streams are taken from the end of a device's free list; a
+transfer takes its source's first copy engine that frees soonest; an op sends its transfers
+in the order :attr:`policies.plans.Plan.transfers` lists them.
+``tests/sim/test_compiled.py`` checks every column against the Python loop on random plans.
+
+The loop reads what a graph fixes (:class:`Graph`: its edges, tensors, routes, transfer
+times) and, of a plan, only each op's device and time and each device's order: which edge
+crosses devices it works out as it goes. Transfer ``k`` is the copy of tensor ``k // n_dev``
+on device ``k % n_dev`` in every plan (its *slot*), so a run's state means the same under
+any plan of the graph. A run's whole state lives in :class:`State`'s arrays and
+:func:`advance` runs a given number of events: a copy of the state taken between two calls
+resumes later from there (what :mod:`sim.delta` snapshots).
+
+The module imports numba; :mod:`sim.engine` imports it on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+from numba import njit
+
+__all__ = ["GraphColumns", "PlanInputs", "State", "advance", "begin", "new_state",
+           "routes", "start_refs"]
+
+
+@dataclass(frozen=True, eq=False)
+class GraphColumns:
+    """What one graph on one cluster fixes for the loop (integers int64). Edges are
+    indexed as in ``graph.arrays`` (grouped by reader: ``in_off``); ``out_edges`` lists
+    each op's out-edges (CSR by ``out_off``) in the order :attr:`Plan.transfers` meets
+    them. Keys name a tensor's copies: tensor ``t`` on its producer's device is ``t``, in
+    slot ``k`` it is ``n_tensors + k``. A transfer of tensor ``t`` from device ``s`` to
+    ``d`` takes ``times[t_row[t], s, d]`` seconds and holds the channels of pair
+    ``s * n_dev + d`` (``route``, CSR by ``route_off``)."""
+
+    edge_src: np.ndarray
+    edge_dst: np.ndarray
+    edge_tensor: np.ndarray
+    in_off: np.ndarray
+    out_edges: np.ndarray
+    out_off: np.ndarray
+    own_off: np.ndarray        #: each op's output tensors (consecutive; CSR)
+    producer: np.ndarray       #: per tensor
+    tensor_bytes: np.ndarray
+    key_bytes: np.ndarray
+    alloc: np.ndarray
+    workspace: np.ndarray
+    in_degree: np.ndarray
+    param_bytes: np.ndarray
+    t_row: np.ndarray
+    times: np.ndarray          #: float; NaN where not yet known
+    route: np.ndarray
+    route_off: np.ndarray
+    n_channels: int
+    streams: np.ndarray
+    copy_engines: np.ndarray
+    capacity: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class PlanInputs:
+    """What the loop reads of one plan: each op's device index and seconds, each device's
+    order (op positions, laid end to end: CSR by ``order_off``)."""
+
+    op_dev: np.ndarray
+    op_time: np.ndarray
+    order: np.ndarray
+    order_off: np.ndarray
+
+
+@dataclass(eq=False)
+class State:
+    """Everything a run changes. ``clock`` is (now, latest end so far); ``count`` is (next
+    sequence number, events in the heap, memory records written, events run); the heap
+    holds each event's time, sequence number and subject (an op ``i`` as ``i``, a transfer
+    ``k`` as ``-1 - k``); ``over`` is the first overflow (device, op or -1, slot or -1,
+    bytes; device -1 while none, -2 if memory ran out before the first event) and
+    ``over_at`` its time; ``log`` the memory record as (time, device, bytes) rows, kept
+    only where it has rows; ``mark`` is scratch, all zero between events."""
+
+    clock: np.ndarray
+    count: np.ndarray
+    heap_t: np.ndarray
+    heap_s: np.ndarray
+    heap_x: np.ndarray
+    nxt: np.ndarray
+    free: np.ndarray
+    n_free: np.ndarray
+    copy_free: np.ndarray
+    link_free: np.ndarray
+    used: np.ndarray
+    peak: np.ndarray
+    pending: np.ndarray
+    refs: np.ndarray
+    start: np.ndarray
+    stream: np.ndarray
+    t_start: np.ndarray
+    t_end: np.ndarray
+    t_engine: np.ndarray
+    over: np.ndarray
+    over_at: np.ndarray
+    log: np.ndarray
+    mark: np.ndarray
+
+    def copy(self) -> State:
+        """An independent copy (a snapshot)."""
+        return State(**{f.name: getattr(self, f.name).copy() for f in fields(self)})
+
+
+def routes(n_dev: int, route_channels: Callable[[int, int], Sequence[str]]
+           ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Each device pair's channels as indices (CSR by pair ``s * n_dev + d``) and the
+    channels' names.
+
+    >>> r, off, names = routes(2, lambda s, d: [] if s == d else [f"{min(s, d)}-{max(s, d)}"])
+    >>> r.tolist(), off.tolist(), names
+    ([0, 0], [0, 0, 1, 2, 2], ['0-1'])
+    """
+    index: dict[str, int] = {}
+    per_pair = [[index.setdefault(c, len(index)) for c in route_channels(s, d)]
+                for s in range(n_dev) for d in range(n_dev)]
+    off = np.concatenate(([0], np.cumsum([len(r) for r in per_pair]))).astype(np.int64)
+    flat = np.array([c for r in per_pair for c in r], np.int64)
+    return flat, off, list(index)
+
+
+def start_refs(g: GraphColumns, op_dev: np.ndarray) -> tuple[np.ndarray, int]:
+    """What holds each key at the start of a plan's run (each reader of the copy it
+    reads, and on its producer's device each transfer of the tensor), and how many of the
+    plan's transfers have no time known yet in ``g.times``."""
+    refs = np.zeros(len(g.key_bytes), np.int64)
+    missing = _start_refs(g.edge_src, g.edge_dst, g.edge_tensor, g.t_row, g.times, op_dev,
+                          len(g.streams), len(g.producer), refs)
+    return refs, int(missing)
+
+
+def new_state(g: GraphColumns, p: PlanInputs, refs: np.ndarray, resident: np.ndarray, *,
+              overflowed: bool, record: bool) -> State:
+    """A run's state before its first event: ``refs`` holders per key (:func:`start_refs`),
+    ``resident`` bytes per device; ``record``: keep the memory record."""
+    n_dev, n = len(g.streams), len(p.op_dev)
+    m = len(g.key_bytes) - len(g.producer)
+    free = np.zeros((n_dev, max(int(g.streams.max(initial=1)), 1)), np.int64)
+    copy_free = np.full((n_dev, max(int(g.copy_engines.max(initial=1)), 1)), np.inf)
+    for d in range(n_dev):
+        s = int(g.streams[d])
+        free[d, :s] = np.arange(s - 1, -1, -1)  # popped from the end: stream 0 first
+        copy_free[d, :int(g.copy_engines[d])] = 0.0
+    rows = (n_dev + 3 * n + len(g.key_bytes) + len(g.edge_src) + 2 * m) if record else 0
+    return State(
+        clock=np.zeros(2), count=np.zeros(4, np.int64), heap_t=np.zeros(n + m),
+        heap_s=np.zeros(n + m, np.int64), heap_x=np.zeros(n + m, np.int64),
+        nxt=p.order_off[:-1].copy(), free=free, n_free=g.streams.copy(), copy_free=copy_free,
+        link_free=np.zeros(g.n_channels), used=np.asarray(resident, np.int64).copy(),
+        peak=np.asarray(resident, np.int64).copy(), pending=g.in_degree.copy(), refs=refs,
+        start=np.zeros(n), stream=np.zeros(n, np.int64), t_start=np.zeros(m),
+        t_end=np.zeros(m), t_engine=np.zeros(m, np.int64),
+        over=np.array([-2 if overflowed else -1, -1, -1, 0], np.int64), over_at=np.zeros(1),
+        log=np.zeros((rows, 3)), mark=np.zeros(m, np.int8))
+
+
+def begin(g: GraphColumns, p: PlanInputs, s: State, contention: bool) -> None:
+    """Log the start and start what may start at time 0."""
+    _advance(*_args(g, p, s, contention, 0, True))
+
+
+def advance(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int) -> int:
+    """Run up to ``events`` more events (``fcfs`` links if ``contention``, else ``none``);
+    how many ran (fewer only at the run's end).
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from policies import plan
+    >>> from sim.slots import Slots
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> slots = Slots(build_model("mlp"), c, RooflineCost(c))
+    >>> p = slots.inputs(plan(slots.graph, c, "round_robin"))
+    >>> s = slots.state(p, record=False)
+    >>> begin(slots.columns, p, s, True)
+    >>> advance(slots.columns, p, s, True, 5), int(s.count[1]) > 0  # five events, more to come
+    (5, True)
+    >>> advance(slots.columns, p, s, True, 10**9) > 0, int(s.count[1])  # the rest
+    (True, 0)
+    >>> bool((s.nxt == p.order_off[1:]).all())  # every op ran
+    True
+    """
+    return int(_advance(*_args(g, p, s, contention, events, False)))
+
+
+def _args(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int,
+          starting: bool) -> tuple[object, ...]:
+    return (g.edge_src, g.edge_dst, g.edge_tensor, g.in_off, g.out_edges, g.out_off,
+            g.own_off, g.producer, g.tensor_bytes, g.key_bytes, g.alloc, g.workspace, g.t_row,
+            g.times, g.route, g.route_off, g.capacity, p.op_dev, p.op_time, p.order,
+            p.order_off, contention, s.clock, s.count, s.heap_t, s.heap_s, s.heap_x, s.nxt,
+            s.free, s.n_free, s.copy_free, s.link_free, s.used, s.peak, s.pending, s.refs,
+            s.start, s.stream, s.t_start, s.t_end, s.t_engine, s.over, s.over_at, s.log,
+            s.mark, events, starting)
+
+
+# -- compiled ------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _start_refs(edge_src, edge_dst, edge_tensor, t_row, times, op_dev, n_dev, n_tensors,
+                refs):
+    missing = 0
+    for e in range(len(edge_src)):
+        t = edge_tensor[e]
+        s, d = op_dev[edge_src[e]], op_dev[edge_dst[e]]
+        if s == d:
+            refs[t] += 1
+        else:
+            key = n_tensors + t * n_dev + d
+            if refs[key] == 0:
+                refs[t] += 1  # the transfer holds the source's copy
+                if np.isnan(times[t_row[t], s, d]):
+                    missing += 1
+            refs[key] += 1
+    return missing
+
+
+@njit(cache=True)
+def _push(heap_t, heap_s, heap_x, count, t, x):
+    """Schedule ``x`` at ``t`` with the next sequence number (a binary heap on (t, seq))."""
+    seq = count[0]
+    count[0] = seq + 1
+    i = count[1]
+    count[1] = i + 1
+    while i > 0:
+        parent = (i - 1) // 2
+        pt = heap_t[parent]
+        if pt < t or (pt == t and heap_s[parent] < seq):
+            break
+        heap_t[i], heap_s[i], heap_x[i] = pt, heap_s[parent], heap_x[parent]
+        i = parent
+    heap_t[i], heap_s[i], heap_x[i] = t, seq, x
+
+
+@njit(cache=True)
+def _pop(heap_t, heap_s, heap_x, count):
+    """The earliest event (time, subject), taken off the heap."""
+    t, x = heap_t[0], heap_x[0]
+    size = count[1] - 1
+    count[1] = size
+    if size > 0:
+        lt, ls, lx = heap_t[size], heap_s[size], heap_x[size]
+        i = 0
+        while True:
+            child = 2 * i + 1
+            if child >= size:
+                break
+            right = child + 1
+            if right < size and (heap_t[right] < heap_t[child] or (
+                    heap_t[right] == heap_t[child] and heap_s[right] < heap_s[child])):
+                child = right
+            ct = heap_t[child]
+            if lt < ct or (lt == ct and ls < heap_s[child]):
+                break
+            heap_t[i], heap_s[i], heap_x[i] = ct, heap_s[child], heap_x[child]
+            i = child
+        heap_t[i], heap_s[i], heap_x[i] = lt, ls, lx
+    return t, x
+
+
+@njit(cache=True)
+def _log(log, count, now, d, u):
+    """One memory record, where the run keeps them."""
+    n = count[2]
+    if n < log.shape[0]:
+        log[n, 0] = now
+        log[n, 1] = d
+        log[n, 2] = u
+        count[2] = n + 1
+
+
+@njit(cache=True)
+def _grow(d, u, op, k, now, peak, capacity, over, over_at):
+    """Device ``d`` holds ``u`` bytes: a new peak; the first past its capacity is the
+    overflow."""
+    if u > peak[d]:
+        peak[d] = u
+        if u > capacity[d] and over[0] == -1:
+            over[0], over[1], over[2], over[3] = d, op, k, u
+            over_at[0] = now
+
+
+@njit(cache=True)
+def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_off, producer,
+             tensor_bytes, key_bytes, alloc, workspace, t_row, times, route, route_off,
+             capacity, op_dev, op_time, order, order_off, contention, clock, count, heap_t,
+             heap_s, heap_x, nxt, free, n_free, copy_free, link_free, used, peak, pending,
+             refs, start, stream, t_start, t_end, t_engine, over, over_at, log, mark, events,
+             starting):
+    """Run up to ``events`` events (``starting``: first log the start and start what may
+    start at time 0). One function, its helpers taking few arrays: a call that passes
+    many arrays costs a reference count each, more than the event's own work."""
+    n_dev = len(used)
+    n_tensors = len(producer)
+    if starting:
+        for d in range(n_dev):
+            _log(log, count, 0.0, d, used[d])
+    first = n_dev if starting else 0  # devices to start before the first event
+    ran = 0
+    while True:
+        if first > 0:
+            d = n_dev - first
+            first -= 1
+        elif ran < events and count[1] > 0:
+            now, x = _pop(heap_t, heap_s, heap_x, count)
+            clock[0] = now
+            ran += 1
+            if x >= 0:  # op x ends
+                d = op_dev[x]
+                free[d, n_free[d]] = stream[x]
+                n_free[d] += 1
+                w = workspace[x]
+                if w:
+                    used[d] -= w
+                    _log(log, count, now, d, used[d])
+                for e in range(in_off[x], in_off[x + 1]):  # the copies it read
+                    key = edge_tensor[e]
+                    if op_dev[edge_src[e]] != d:
+                        key = n_tensors + key * n_dev + d
+                    refs[key] -= 1
+                    if refs[key] == 0:
+                        used[d] -= key_bytes[key]
+                        _log(log, count, now, d, used[d])
+                for t in range(own_off[x], own_off[x + 1]):  # outputs nobody holds
+                    if refs[t] == 0:
+                        used[d] -= key_bytes[t]
+                        _log(log, count, now, d, used[d])
+                for j in range(out_off[x], out_off[x + 1]):
+                    e = out_edges[j]
+                    dst = op_dev[edge_dst[e]]
+                    if dst == d:  # a reader here
+                        pending[edge_dst[e]] -= 1
+                        continue
+                    k = edge_tensor[e] * n_dev + dst
+                    if mark[k]:
+                        continue  # sent already, to an earlier reader there
+                    mark[k] = 1
+                    # transfer k's tensor is ready: book its copy engine and channels
+                    # (fcfs) or nothing (none), hold its bytes on the destination
+                    duration = times[t_row[edge_tensor[e]], d, dst]
+                    engine = 0
+                    begin = now
+                    if contention:
+                        begin = copy_free[d, 0]
+                        for c in range(1, copy_free.shape[1]):  # unused: +inf, never first
+                            if copy_free[d, c] < begin:
+                                begin, engine = copy_free[d, c], c
+                        pair = d * n_dev + dst
+                        for h in range(route_off[pair], route_off[pair + 1]):
+                            if link_free[route[h]] > begin:
+                                begin = link_free[route[h]]
+                        if now > begin:
+                            begin = now
+                        end = begin + duration
+                        copy_free[d, engine] = end
+                        for h in range(route_off[pair], route_off[pair + 1]):
+                            link_free[route[h]] = end
+                    else:
+                        end = now + duration
+                    t_start[k], t_end[k], t_engine[k] = begin, end, engine
+                    if end > clock[1]:
+                        clock[1] = end
+                    u = used[dst] + tensor_bytes[edge_tensor[e]]
+                    used[dst] = u
+                    _log(log, count, now, dst, u)
+                    _grow(dst, u, -1, k, now, peak, capacity, over, over_at)
+                    _push(heap_t, heap_s, heap_x, count, now + (end - now), -1 - k)
+                for j in range(out_off[x], out_off[x + 1]):
+                    e = out_edges[j]
+                    mark[edge_tensor[e] * n_dev + op_dev[edge_dst[e]]] = 0
+            else:  # transfer k arrives
+                k = -1 - x
+                t, d = k // n_dev, k % n_dev
+                src = op_dev[producer[t]]
+                refs[t] -= 1
+                if refs[t] == 0:
+                    used[src] -= key_bytes[t]
+                    _log(log, count, now, src, used[src])
+                made = producer[t]
+                for j in range(out_off[made], out_off[made + 1]):
+                    e = out_edges[j]
+                    if edge_tensor[e] == t and op_dev[edge_dst[e]] == d:
+                        pending[edge_dst[e]] -= 1
+        else:
+            break
+        # start device d's next ops in plan order while a stream is free and the next
+        # op's inputs are there
+        now = clock[0]
+        i = nxt[d]
+        last = order_off[d + 1]
+        while n_free[d] > 0 and i < last and pending[order[i]] == 0:
+            op = order[i]
+            n_free[d] -= 1
+            a = alloc[op]
+            if a:
+                u = used[d] + a
+                used[d] = u
+                _log(log, count, now, d, u)
+                _grow(d, u, op, -1, now, peak, capacity, over, over_at)
+            start[op] = now
+            stream[op] = free[d, n_free[d]]
+            end = now + op_time[op]
+            if end > clock[1]:
+                clock[1] = end
+            _push(heap_t, heap_s, heap_x, count, end, op)
+            i += 1
+        nxt[d] = i
+    count[3] += ran
+    return ran

@@ -1,0 +1,61 @@
+"""A plan's columns worked out from its arrays (sim.slots) run as sim.simulate runs the
+plan (itself checked against simpy and SimGrid): the same op times, transfer times and
+peaks, on random plans and a real training step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import Cluster, RooflineCost, get_cluster
+from policies import Plan, plan
+from sim import compiled, simulate
+from sim.slots import Slots
+from tests.helpers import FixedCost
+from tests.sim.test_compiled import with_memory
+from tests.sim.test_flows import instances
+from workloads import build_model, training_graph
+
+
+def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str) -> None:
+    slots = Slots(p.graph, cluster, cost)
+    inputs = slots.inputs(p)
+    run = slots.state(inputs, record=False)
+    compiled.begin(slots.columns, inputs, run, links == "fcfs")
+    compiled.advance(slots.columns, inputs, run, links == "fcfs", 2**62)
+    full = simulate(p, cluster, cost, links=links)
+    c = full.columns
+    assert float(run.clock[1]) == full.makespan_s
+    assert np.array_equal(run.start, c.op_start)
+    assert run.peak.tolist() == [full.peak_memory_bytes[d] for d in cluster.device_names]
+    # transfer k of the slots is tensor k // n_dev's copy on device k % n_dev
+    a, n_dev = p.graph.arrays, len(cluster.device_names)
+    index = {d: i for i, d in enumerate(cluster.device_names)}
+    slots_of = slots.transfer_slots(inputs.op_dev)
+    for i, (t, start, end) in enumerate(zip(p.transfers, c.transfer_start, c.transfer_end,
+                                            strict=True)):
+        k = a.tensor_index[t.tensor] * n_dev + index[t.dst]
+        assert slots_of[i] == k, t.name
+        assert (run.t_start[k], run.t_end[k]) == (start, end), t.name
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "none"]),
+       st.sampled_from([2**40, 3_000_000, 1_500_000]))
+def test_slot_columns_run_as_the_simulator_runs_the_plan(instance, links: str,  # type: ignore[no-untyped-def]
+                                                          memory: int) -> None:
+    p, cluster, cost = instance
+    cluster = with_memory(cluster, memory)
+    assert_runs_alike(p, cluster, FixedCost(cluster, cost.times, cost.default), links)
+
+
+@pytest.mark.parametrize("policy", ["heft", "random"])
+def test_a_training_step_runs_alike(policy: str) -> None:
+    cluster = with_memory(get_cluster("quad-v100-nvlink"), 2**30)
+    cost = RooflineCost(cluster)
+    graph = training_graph(build_model("resnet50", batch=8), "adam")
+    assert_runs_alike(plan(graph, cluster, policy, cost), cluster, cost, "fcfs")
