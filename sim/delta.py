@@ -27,9 +27,9 @@ other than ``fcfs``, ``fair`` and ``none``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -41,38 +41,51 @@ from sim.hosts import shared_hosts
 from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.wiring import Wiring, wire
+from workloads.arrays import GraphArrays
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
-__all__ = ["DELTA_FROM", "DeltaEvaluator", "divergence", "search_evaluator"]
+if TYPE_CHECKING:
+    from sim.compiled import PlanInputs, State
+    from sim.slots import Slots
+
+__all__ = ["DELTA_FROM", "DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
 
 #: The link models whose state a snapshot knows how to carry.
 _LINKS = (FirstComeFirstServed, FairSharing, NoContention)
-#: Graphs of at least this many ops are searched with delta simulation: it saved
-#: 1.06-1.09x at 1k ops and 1.17-1.25x at 10k, and was slower at 694
-#: (``benchmarks/delta_bound.py``, RESULTS.md).
+#: Those of them the compiled loop runs.
+_COMPILED_LINKS = (FirstComeFirstServed, NoContention)
+#: Graphs of at least this many ops are searched with delta simulation where its runs are
+#: not compiled (``fair`` links): it saved 1.06-1.09x at 1k ops and 1.17-1.25x at 10k, and
+#: was slower at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
+#: it is faster at every size measured (100 ops and up) and searches every graph.
 DELTA_FROM = 1000
 
 
 def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
                      order: str = "plan") -> Callable[[Plan], float]:
-    """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator` on
-    graphs of :data:`DELTA_FROM` ops or more, the full simulation (:func:`sim.evaluator`)
-    below; either scores every plan alike, to the bit.
+    """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator`
+    where its runs are compiled (plan order, ``fcfs`` or ``none`` links, no shared hosts)
+    or the graph has :data:`DELTA_FROM` ops or more, else the full simulation
+    (:func:`sim.evaluator`); either scores every plan alike, to the bit.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
     >>> from workloads.synthetic import layered_dag
     >>> c = get_cluster("quad-v100-nvlink")
     >>> cost = RooflineCost(c)
-    >>> type(search_evaluator(layered_dag(1000, width=50, seed=0), c, cost)).__name__
+    >>> type(search_evaluator(build_model("mlp"), c, cost)).__name__
     'DeltaEvaluator'
-    >>> search_evaluator(build_model("mlp"), c, cost).__name__
+    >>> search_evaluator(build_model("mlp"), c, cost, links="fair").__name__
     'evaluate'
+    >>> type(search_evaluator(layered_dag(1000, width=50, seed=0), c, cost,
+    ...                       links="fair")).__name__
+    'DeltaEvaluator'
     """
-    if len(graph) >= DELTA_FROM:
-        return DeltaEvaluator(cluster, cost, links=links, order=order)
+    delta = DeltaEvaluator(cluster, cost, links=links, order=order)
+    if delta.compiled or len(graph) >= DELTA_FROM:
+        return delta
     return evaluator(cluster, cost, links=links, order=order)
 
 
@@ -96,34 +109,58 @@ def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> floa
     >>> divergence(p, p, r.op_start, r.op_end)  # nothing differs
     inf
     """
-    graph = old.graph
-    a = graph.arrays
+    a = old.graph.arrays
     position = a.position
+    devices = tuple(sorted(set(old.order) | set(new.order)))
 
-    def ready(name: str) -> float:
-        return max((float(end[position[u]]) for u in graph.predecessors(name)), default=0.0)
+    def orders(p: Plan) -> tuple[np.ndarray, ...]:
+        return tuple(np.fromiter(map(position.__getitem__, p.order.get(d, ())), np.int64)
+                     for d in devices)
 
+    return diverge(a, old.device_codes(devices), orders(old), new.device_codes(devices),
+                   orders(new), start, end)
+
+
+def diverge(a: GraphArrays, old_dev: np.ndarray, old_orders: Sequence[np.ndarray],
+            new_dev: np.ndarray, new_orders: Sequence[np.ndarray], start: np.ndarray,
+            end: np.ndarray) -> float:
+    """:func:`divergence` of two plans given as each op's device index and each device's
+    order (op positions), both against one device tuple.
+
+    >>> from workloads import build_model
+    >>> a = build_model("mlp").arrays
+    >>> n = len(a.names)
+    >>> dev, order = np.zeros(n, np.int64), [np.arange(n), np.zeros(0, np.int64)]
+    >>> t = np.arange(n, dtype=float)
+    >>> diverge(a, dev, order, dev, order, t, t + 1)
+    inf
+    >>> moved = dev.copy(); moved[3] = 1  # op 3 on the other device: from its input's end
+    >>> diverge(a, dev, order, moved, [np.delete(np.arange(n), 3), np.array([3])], t, t + 1)
+    3.0
+    """
     earliest = math.inf
-    for device in set(old.order) | set(new.order):
-        x = tuple(old.order.get(device, ()))
-        y = tuple(new.order.get(device, ()))
-        if x == y:
-            continue
+    for x, y in zip(old_orders, new_orders, strict=True):
         n = min(len(x), len(y))
-        differ = np.flatnonzero(np.fromiter(map(position.__getitem__, x[:n]), np.int64, n)
-                                != np.fromiter(map(position.__getitem__, y[:n]), np.int64, n))
+        differ = np.flatnonzero(x[:n] != y[:n])
         first = int(differ[0]) if len(differ) else n
-        reached = float(start[position[x[first - 1]]]) if first else 0.0
-        then = min(float(start[position[x[first]]]) if first < len(x) else math.inf,
-                   ready(y[first]) if first < len(y) else math.inf)
+        if first == len(x) == len(y):
+            continue  # the same order
+        reached = float(start[x[first - 1]]) if first else 0.0
+        then = min(float(start[x[first]]) if first < len(x) else math.inf,
+                   _ready(a, int(y[first]), end) if first < len(y) else math.inf)
         earliest = min(earliest, max(reached, then))
-    devices = tuple(sorted(set(old.placement.values()) | set(new.placement.values())))
-    moved = old.device_codes(devices) != new.device_codes(devices)
+    moved = old_dev != new_dev
     if moved.any():
         feeds = moved[a.edge_dst]  # the edges into a moved op: their producers' ends
         earliest = min(earliest, float(start[moved].min()),
                        float(end[a.edge_src[feeds]].min()) if feeds.any() else math.inf)
     return earliest
+
+
+def _ready(a: GraphArrays, op: int, end: np.ndarray) -> float:
+    """When op ``op``'s producers have all ended (its edges, grouped by reader)."""
+    producers = a.edge_src[a.edge_dst == op]
+    return float(end[producers].max()) if len(producers) else 0.0
 
 
 @dataclass(frozen=True)
@@ -153,6 +190,38 @@ class _Kept:
     start: np.ndarray
     end: np.ndarray
     snapshots: list[_Snapshot]
+
+
+@dataclass(eq=False)
+class _Resumable:
+    """A compiled run's state after ``events`` events, the last at ``now``: what resuming
+    needs (:data:`_CARRIED` and the heap's events), not its results so far; ``refs0`` and
+    ``resident0`` are what the plan of the run it was taken from started with."""
+
+    events: int
+    now: float
+    arrays: dict[str, np.ndarray]
+    refs0: np.ndarray
+    resident0: np.ndarray
+
+
+#: What a compiled run's snapshot carries (the rest are results, rewritten as it goes;
+#: each device's place in its order is carried as the ops it has started, ``placed``).
+_CARRIED = ("clock", "count", "free", "n_free", "copy_free", "link_free", "used",
+            "peak", "pending", "refs", "stream", "over", "over_at")
+
+
+@dataclass(eq=False)
+class _KeptColumns:
+    """A plan run by the compiled loop: its inputs, what its run started with (references
+    per key, bytes per device), its op times and its snapshots."""
+
+    inputs: PlanInputs
+    refs0: np.ndarray
+    resident0: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    snapshots: list[_Resumable]
 
 
 class DeltaEvaluator:
@@ -194,12 +263,21 @@ class DeltaEvaluator:
         self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
         self.delta = (order == "plan" and type(self.part) in _LINKS
                       and shared_hosts(cluster) is None)
+        # the compiled loop's links: their runs resume from compiled snapshots
+        self.compiled = self.delta and type(self.part) in _COMPILED_LINKS
+        self.contention = type(self.part) is FirstComeFirstServed
+        self.names = frozenset(self.devices)
+        self.slots: Slots | None = None
+        self.kept_columns: list[_KeptColumns] = []
         # every (tensor, device) transfer seen, sorted, and its slot
         self.known = np.zeros(0, np.int64)
         self.known_slot = np.zeros(0, np.int64)
         self.kept: list[_Kept] = []
         self.graph: Any = None
         self.stats = {"evaluations": 0, "restored": 0, "events_run": 0, "events_saved": 0}
+        #: The memory of the last plan it simulated, per device: its peak and what it still
+        #: held at the end (bytes; a run that frees all it should holds its parameters).
+        self.last_memory: dict[str, dict[str, int]] = {}
 
     def __call__(self, plan: Plan) -> float:
         self.stats["evaluations"] += 1
@@ -207,12 +285,69 @@ class DeltaEvaluator:
             result = simulate(plan, self.cluster, self.cost, links=self.links,
                               order=self.order)
             return result.makespan_s if result.feasible else math.inf
-        plan.validate(self.cluster)
+        if (plan.cluster_hash and plan.cluster_hash != self.cluster.definition_hash) or \
+                not self.names.issuperset(plan.order):
+            plan.validate(self.cluster)  # says what is wrong (every op is in an order)
         if plan.graph is not self.graph:  # another graph: nothing kept applies
-            self.graph, self.kept = plan.graph, []
+            self.graph, self.kept, self.kept_columns = plan.graph, [], []
             self.known, self.known_slot = np.zeros(0, np.int64), np.zeros(0, np.int64)
+            self.slots = None
         with gc_paused():
-            return self._evaluate(plan)
+            return self._evaluate_compiled(plan) if self.compiled else self._evaluate(plan)
+
+    # -- one evaluation, compiled -------------------------------------------------------------
+
+    def _evaluate_compiled(self, plan: Plan) -> float:
+        from sim import compiled  # numba, as the compiled loop's runs do
+        from sim.slots import Slots
+
+        if self.slots is None:
+            self.slots = Slots(plan.graph, self.cluster, self.cost)
+        g = self.slots.columns
+        p = self.slots.inputs(plan)
+        run = self.slots.state(p, record=False)
+        kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
+        found = self._base(p)
+        if found is None:
+            compiled.begin(g, p, run, self.contention)
+        else:
+            base, at = found
+            kept.snapshots = base.snapshots[:at + 1]
+            self.stats["restored"] += 1
+            self.stats["events_saved"] += kept.snapshots[-1].events
+            _resume(run, kept, base)
+        last = self.kept_columns[-1] if self.kept_columns else None
+        expected = (last.snapshots[-1].events if last is not None and last.snapshots
+                    else 2 * len(p.op_dev))
+        every = max(1, expected // self.n_snapshots)
+        while True:
+            ran = compiled.advance(g, p, run, self.contention, every)
+            self.stats["events_run"] += ran
+            if not run.count[1]:
+                break
+            kept.snapshots.append(_Resumable(int(run.count[3]), float(run.clock[0]), {
+                name: getattr(run, name).copy() for name in _CARRIED} | {
+                name: getattr(run, name)[:run.count[1]].copy()
+                for name in ("heap_t", "heap_s", "heap_x")} | {
+                "placed": run.nxt - p.order_off[:-1]}, kept.refs0, kept.resident0))
+        kept.start, kept.end = run.start, run.start + p.op_time
+        self.kept_columns = [*self.kept_columns, kept][-self.keep:]
+        self._remember(run.peak.tolist(), run.used.tolist())
+        ran_all = bool(np.array_equal(run.nxt, p.order_off[1:]))
+        if not ran_all or bool((run.peak > g.capacity).any()):
+            return math.inf
+        return float(run.clock[1])
+
+    def _base(self, p: PlanInputs) -> tuple[_KeptColumns, int] | None:
+        """The kept run and snapshot that let the most of ``p``'s run be skipped; the run
+        chosen moves to the back of the kept (the one a search keeps returning to stays)."""
+        a, orders = self.graph.arrays, _orders(p)
+        best = _latest(self.kept_columns, lambda kept: diverge(
+            a, kept.inputs.op_dev, _orders(kept.inputs), p.op_dev, orders, kept.start,
+            kept.end))
+        if best is not None:
+            self.kept_columns = [k for k in self.kept_columns if k is not best[0]] + [best[0]]
+        return best
 
     # -- one evaluation ---------------------------------------------------------------------
 
@@ -251,10 +386,15 @@ class DeltaEvaluator:
                 return done
             snapshots.append(self._snapshot(run, w, done))
 
+    def _remember(self, peak: list[int], used: list[int]) -> None:
+        self.last_memory = {"peak_bytes": dict(zip(self.devices, peak, strict=True)),
+                            "held_at_end_bytes": dict(zip(self.devices, used, strict=True))}
+
     def _result(self, run: Simulation, plan: Plan, snapshots: list[_Snapshot]) -> float:
         start = np.asarray(run.start, dtype=float)
         end = start + np.asarray(run.op_time, dtype=float)
         self.kept = [*self.kept, _Kept(plan, start, end, snapshots)][-self.keep:]
+        self._remember(run.peak, run.used)
         if sum(run.next) < len(run.names) or any(
                 p > c for p, c in zip(run.peak, run.capacity, strict=True)):
             return math.inf
@@ -262,18 +402,8 @@ class DeltaEvaluator:
 
     def _latest_before(self, plan: Plan) -> tuple[_Kept, int] | None:
         """The kept plan and snapshot that let the most of ``plan``'s run be skipped."""
-        best: tuple[_Kept, int] | None = None
-        for kept in self.kept:
-            when = divergence(kept.plan, plan, kept.start, kept.end)
-            at = -1
-            for i, s in enumerate(kept.snapshots):
-                if s.now >= when:
-                    break
-                at = i
-            if at >= 0 and (best is None or
-                            kept.snapshots[at].events > best[0].snapshots[best[1]].events):
-                best = (kept, at)
-        return best
+        return _latest(self.kept, lambda kept: divergence(kept.plan, plan, kept.start,
+                                                          kept.end))
 
     # -- wiring with stable transfer numbers ------------------------------------------------
 
@@ -338,6 +468,64 @@ class DeltaEvaluator:
         run.timeline.clear()  # a search needs no memory series
         _restore_links(run.links, s.links)
         return all(p <= c for p, c in zip(run.peak, run.capacity, strict=True))
+
+
+class _Point(Protocol):
+    @property
+    def events(self) -> int: ...
+    @property
+    def now(self) -> float: ...
+
+
+class _Snapshotted(Protocol):
+    @property
+    def snapshots(self) -> Sequence[_Point]: ...
+
+
+_Run = TypeVar("_Run", bound=_Snapshotted)
+
+
+def _latest(kept: Sequence[_Run], divergence_of: Callable[[_Run], float]
+            ) -> tuple[_Run, int] | None:
+    """Of the ``kept`` runs, the one and its snapshot that skip the most events: for each,
+    its last snapshot taken before the time its plan and the new one diverge."""
+    best: tuple[_Run, int] | None = None
+    for run in kept:
+        when = divergence_of(run)
+        at = -1
+        for i, snapshot in enumerate(run.snapshots):
+            if snapshot.now >= when:
+                break
+            at = i
+        if at >= 0 and (best is None or
+                        run.snapshots[at].events > best[0].snapshots[best[1]].events):
+            best = (run, at)
+    return best
+
+
+def _orders(p: PlanInputs) -> list[np.ndarray]:
+    """Each device's order of ``p``."""
+    return np.split(p.order, p.order_off[1:-1])
+
+
+def _resume(run: State, kept: _KeptColumns, base: _KeptColumns) -> None:
+    """Put ``kept``'s last snapshot (kept by ``base``) onto ``run`` (the first state of
+    ``kept``'s plan): what the plans fix from the start (held references, resident
+    parameters) carried over as a difference, the ops started so far at ``base``'s
+    times."""
+    snapshot = kept.snapshots[-1]
+    for name, value in snapshot.arrays.items():
+        if name == "placed":
+            run.nxt[:] = kept.inputs.order_off[:-1] + value
+        elif name.startswith("heap_"):
+            getattr(run, name)[:len(value)] = value
+        else:
+            getattr(run, name)[...] = value
+    run.refs += kept.refs0 - snapshot.refs0
+    moved = kept.resident0 - snapshot.resident0
+    run.used += moved
+    run.peak += moved
+    run.start[:] = base.start  # the ops to start yet are given their times as they start
 
 
 def _restack(w: Wiring, slot: np.ndarray, size: int) -> tuple[Wiring, np.ndarray]:

@@ -58,8 +58,9 @@ class Slots:
         self.by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         sizes, size_of = np.unique(a.tensor_bytes, return_inverse=True)
         self.sizes = sizes.tolist()
-        # each op's time on each device, as plans first place it there (NaN: not yet)
-        self.table = np.full((n, n_dev), np.nan) if type(cost).op_times in _PER_OP else None
+        # each op's time on each device, a device at a time as plans first use it
+        self.table = np.zeros((n, n_dev)) if type(cost).op_times in _PER_OP else None
+        self.priced = np.zeros(n_dev, bool)
         tensor_bytes = np.asarray(a.tensor_bytes, np.int64)
         self.columns = GraphColumns(
             edge_src=_i64(a.edge_src), edge_dst=_i64(a.edge_dst),
@@ -130,16 +131,29 @@ class Slots:
     def _op_times(self, op_dev: np.ndarray) -> np.ndarray:
         """Each op's time on its device: from the table where the cost model prices each
         op alone (its own :meth:`CostModel.op_times`, or the roofline's, equal to it op for
-        op), else by asking the model. A plan that places an op where none did before asks
-        the model for the whole plan (as a full simulation does) and fills the table in."""
+        op), a device's column priced when a plan first uses the device; else, or where
+        the model cannot price every op on that device, by asking the model for the plan
+        (as a full simulation does)."""
+        for d in np.unique(op_dev).tolist() if not self.priced.all() else ():
+            if self.table is not None and not self.priced[d]:
+                self._price(d)
         if self.table is None:
             return np.asarray(self.cost.op_times(self.graph, op_dev), np.float64)
-        ops = np.arange(len(op_dev))
-        times = self.table[ops, op_dev]
-        if np.isnan(times).any():
-            times = np.asarray(self.cost.op_times(self.graph, op_dev), np.float64)
-            self.table[ops, op_dev] = times
-        return times
+        return self.table[np.arange(len(op_dev)), op_dev]
+
+    def _price(self, d: int) -> None:
+        """Every op's time on device ``d``, into the table; a model that refuses some op
+        there is asked plan by plan from then on (a plan that places it there gets its
+        error)."""
+        n = len(self.graph.arrays.names)
+        try:
+            column = self.cost.op_times(self.graph, np.full(n, d, np.int64))
+        except Exception:  # whatever the model raises, a plan placing the op there will too
+            self.table = None
+            return
+        if self.table is not None:
+            self.table[:, d] = column
+            self.priced[d] = True
 
     def _learn(self, op_dev: np.ndarray) -> None:
         """Ask the cost model the transfer times ``op_dev``'s edges need and the table

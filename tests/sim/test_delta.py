@@ -16,6 +16,7 @@ from policies import Plan, order_by_priority, plan
 from sim import evaluator, simulate
 from sim.delta import DeltaEvaluator, divergence
 from tests.helpers import FixedCost
+from tests.sim.test_compiled import with_memory
 from tests.sim.test_flows import instances
 from workloads import build_model, training_graph
 from workloads.errors import PlacementError
@@ -98,6 +99,29 @@ def test_every_move_scores_as_the_full_simulation(instance, links: str, seed: in
     evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=8, keep=2)
     for _ in range(12):
         assert evaluate(p) == score(p, cluster, cost, links)
+        p = moved(p, rng, cluster.device_names)
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "none"]), st.sampled_from([1.0, 0.97, 0.8]),
+       st.integers(0, 2**32 - 1))
+def test_every_move_scores_as_the_full_simulation_near_the_memory_limit(  # type: ignore[no-untyped-def]
+        instance, links: str, share: float, seed: int) -> None:
+    """The compiled runs' snapshots carry memory in use, its peaks and what holds each copy
+    from plan to plan: devices that hold about what the first plan needs at its peak,
+    where moves make plans fit and not."""
+    p, cluster, cost = instance
+    peak = max(simulate(p, cluster, cost, links=links).peak_memory_bytes.values())
+    cluster = with_memory(cluster, int(share * peak))
+    cost = FixedCost(cluster, cost.times, cost.default)
+    rng = np.random.default_rng(seed)
+    evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=8, keep=2)
+    for _ in range(12):
+        assert evaluate(p) == score(p, cluster, cost, links)
+        full = simulate(p, cluster, cost, links=links)
+        assert evaluate.last_memory["peak_bytes"] == full.peak_memory_bytes
+        # every copy is freed once its last holder is done: the parameters are left
+        assert evaluate.last_memory["held_at_end_bytes"] == full.resident_bytes
         p = moved(p, rng, cluster.device_names)
 
 
