@@ -1,9 +1,7 @@
-"""How much re-simulating only what a move changes could save: the ceilings of delta
-simulation under ``mcmc``'s own moves.
+"""Delta simulation under ``mcmc``'s own moves: what a move leaves to re-simulate, and
+what :class:`sim.DeltaEvaluator` saves against a full simulation.
 
-A search move changes a plan from some point of its timeline on; a simulator that kept the
-previous run could restore its state just before that point and simulate only the rest.
-For every candidate ``mcmc`` scores, this finds the earliest time the move can change
+For every candidate ``mcmc`` scores, this finds the earliest time its move can change
 (:func:`sim.delta.divergence`):
 
 * on each device whose order changed, the later of the start of the op before the first
@@ -13,31 +11,23 @@ For every candidate ``mcmc`` scores, this finds the earliest time the move can c
   (its transfers change when it ends).
 
 The events left to simulate are the candidate's ops and transfers that start at or after
-that time, the *share left*. Against each candidate, the reference is whichever plan scored
-before it (the last 50) lets the most be kept; the chain's current plan is among them, so
-the figure is an upper bound on what the chain would get.
+that time, the *share left*; against each candidate, the reference is whichever plan scored
+before it (the last 50) lets the most be kept, so the figure is an upper bound on what a
+chain could skip. The *share retimed* is the share of its ops whose start or end differs
+from every earlier plan's (the last 50): what even an evaluator that re-timed only the ops
+a move changes (FlexFlow's way) would have to work out.
 
-Beside them, the delta evaluator itself (:class:`sim.DeltaEvaluator`, which restores the
-latest of 16 snapshots per run from before that time, against the last four plans it
-simulated) scores the same candidates as a full simulation does, both timed in the same run:
-its share of events skipped, milliseconds per evaluation, and the speed-up.
+Then three evaluators score the same candidates, each timed in the same run:
 
-A second share bounds every exact evaluator, prefix-reusing or not (FlexFlow's delta
-simulation re-times only the tasks whose times change): whatever it reuses, it must still
-work out the new times of the ops whose start or end differs from every earlier plan's
-(the last 50 scored), the *share retimed*.
+* *full*: :func:`sim.evaluator`, a whole :func:`sim.simulate` per plan, as a user runs it;
+* *fresh*: the plan's arrays (:class:`sim.slots.Slots`) run from the start by the compiled
+  loop, nothing kept from plan to plan but what the graph fixes: the least a full
+  evaluation built from the same parts costs (the compiled loop runs ``fcfs`` and ``none``
+  links; ``fair`` has no such evaluation);
+* *delta*: :class:`sim.DeltaEvaluator` (16 snapshots a run, the last four plans kept).
 
-Four ceilings per case, each the total time of full evaluations over the least the
-evaluator could spend, with each op or event it must redo costing what a full run's event
-loop spends on it, and restoring state free; ``s`` is the loop's share of a full
-evaluation (the rest builds the plan's lists, its *wiring*), measured here:
-
-* prefix, wiring paid: ``1 / (left · s + 1 - s)``: an evaluator that builds each new
-  plan's wiring in full, as :class:`sim.DeltaEvaluator` does;
-* prefix, wiring free: ``1 / (left · s)``: one that also updated the wiring for nothing;
-* exact, wiring paid and free: the same with the share retimed (transfers that change
-  free), so upper bounds for an evaluator that works out an op's times no faster than the
-  simulator does.
+Every score of each equals the full simulation's (the script stops on the first that does
+not).
 
     python -m benchmarks.delta_bound [--evals 200] [--out F]
 """
@@ -46,21 +36,26 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from benchmarks.machine import describe, record
-from hwmodels import RooflineCost, get_cluster
+from hwmodels import Cluster, RooflineCost, get_cluster
 from policies import plan
 from policies.plans import Plan
-from sim import evaluator, simulate
+from sim import compiled, evaluator, simulate
 from sim.delta import DeltaEvaluator, divergence
-from sim.engine import Simulation
+from sim.slots import Slots
 from workloads import build_model, training_graph
 from workloads.graph import Graph
 from workloads.synthetic import layered_dag
+
+#: The link models the compiled loop runs.
+COMPILED = ("fcfs", "none")
 
 
 def left_after(result: Any, when: float) -> float:
@@ -77,30 +72,23 @@ def changed_share(start: np.ndarray, end: np.ndarray, new_start: np.ndarray,
     return float(np.count_nonzero(moved)) / max(len(start), 1)
 
 
-def loop_share(p: Plan, cluster: Any, cost: Any, links: str) -> float:
-    """The share of a full evaluation spent in the event loop (median of five)."""
-    shares = []
-    run = Simulation.run
-    for _ in range(5):
-        began = time.perf_counter()
-        simulate(p, cluster, cost, links=links)
-        full = time.perf_counter() - began
-        looped: list[float] = []
+def fresh_evaluator(cluster: Cluster, cost: Any, links: str) -> Callable[[Plan], float]:
+    """Each plan's arrays run from the start by the compiled loop (the graph's part built
+    once): a makespan, infinity where the plan does not fit."""
+    slots: dict[int, Slots] = {}
+    contention = links == "fcfs"
 
-        def timed_run(self: Simulation, looped: list[float] = looped) -> None:
-            t = time.perf_counter()
-            run(self)
-            looped.append(time.perf_counter() - t)
+    def evaluate(p: Plan) -> float:
+        s = slots.setdefault(id(p.graph), Slots(p.graph, cluster, cost))
+        inputs = s.inputs(p)
+        run = s.state(inputs, record=False)
+        compiled.begin(s.columns, inputs, run, contention)
+        compiled.advance(s.columns, inputs, run, contention, 2**62)
+        fits = bool((run.nxt == inputs.order_off[1:]).all()
+                    and (run.peak <= s.columns.capacity).all())
+        return float(run.clock[1]) if fits else math.inf
 
-        Simulation.run = timed_run  # type: ignore[method-assign]
-        try:
-            began = time.perf_counter()
-            simulate(p, cluster, cost, links=links)
-            full = min(full, time.perf_counter() - began)
-        finally:
-            Simulation.run = run  # type: ignore[method-assign]
-        shares.append(min(looped[0] / full, 1.0))
-    return float(np.median(shares))
+    return evaluate
 
 
 def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int) -> str:
@@ -109,9 +97,12 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int) ->
     seen: list[tuple[Plan, np.ndarray, np.ndarray]] = []
     left: list[float] = []
     changed: list[float] = []
-    full, delta = evaluator(cluster, cost, links=links), DeltaEvaluator(cluster, cost,
-                                                                        links=links)
-    clock = {"full": 0.0, "delta": 0.0}
+    scorers: dict[str, Callable[[Plan], float]] = {
+        "full": evaluator(cluster, cost, links=links),
+        "delta": (delta := DeltaEvaluator(cluster, cost, links=links))}
+    if links in COMPILED:
+        scorers["fresh"] = fresh_evaluator(cluster, cost, links)
+    clock = dict.fromkeys(scorers, 0.0)
 
     def evaluate(p: Plan) -> float:
         r = simulate(p, cluster, cost, links=links)
@@ -123,29 +114,25 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int) ->
                                for _, s, e in seen[-50:]))
         seen.append((p, c.op_start, c.op_end))
         scores = {}
-        for name, scorer in (("full", full), ("delta", delta)):
+        for name, scorer in scorers.items():
             began = time.perf_counter()
             scores[name] = scorer(p)
             clock[name] += time.perf_counter() - began
-        if scores["full"] != scores["delta"]:
-            raise AssertionError(f"delta simulation scored {scores['delta']!r}, a full one "
-                                 f"{scores['full']!r}")
+        for name, score in scores.items():
+            if score != scores["full"]:
+                raise AssertionError(f"{name} scored {score!r}, a full simulation "
+                                     f"{scores['full']!r}")
         return scores["full"]
 
-    searched = plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost,
-                    evaluate=evaluate)
-    share = loop_share(searched, cluster, cost, links)
-    mean_left = float(np.mean(left))
-    mean_changed = float(np.mean(changed))
+    plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost, evaluate=evaluate)
     saved = delta.stats["events_saved"] / (delta.stats["events_saved"]
                                            + delta.stats["events_run"])
-    ceilings = [1 / (x * share + paid * (1 - share))
-                for x in (mean_left, mean_changed) for paid in (1, 0)]
-    return (f"| {label} | {len(graph):,} | {links} | {len(left)} | {share:.2f} "
-            f"| {mean_left:.2f} | {mean_changed:.2f} | "
-            + " | ".join(f"{c:.2f}" for c in ceilings)
-            + f" | {saved:.2f} | {clock['full'] / evals * 1e3:.1f} "
-            f"| {clock['delta'] / evals * 1e3:.1f} | {clock['full'] / clock['delta']:.2f} |")
+    ms = {name: clock[name] / evals * 1e3 for name in clock}
+    fresh = (f"{ms['fresh']:.2f} | {ms['fresh'] / ms['delta']:.2f}" if "fresh" in ms
+             else "— | —")
+    return (f"| {label} | {len(graph):,} | {links} | {len(left)} | {np.mean(left):.2f} "
+            f"| {np.mean(changed):.2f} | {saved:.2f} | {ms['full']:.2f} | {fresh} "
+            f"| {ms['delta']:.2f} | {ms['full'] / ms['delta']:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -156,21 +143,19 @@ def main(argv: list[str] | None = None) -> str:
     lines = [f"{describe()}, {datetime.date.today()}",
              f"command: python -m benchmarks.delta_bound --evals {args.evals}", "",
              "On quad-v100-nvlink (four V100s, NVLink). Shares are means over the moves; "
-             "ceilings are against a whole full evaluation (see the script); the last four "
-             "columns time `sim.DeltaEvaluator` against full simulations of the same "
-             "candidates in the same run.", "",
-             "| graph | ops | links | moves | loop share s | share left | share retimed "
-             "| ceiling, prefix, wiring paid | ceiling, prefix, wiring free "
-             "| ceiling, exact, wiring paid | ceiling, exact, wiring free | events skipped "
-             "| full ms/eval | delta ms/eval | speed-up |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "the evaluators score the same candidates in the same run (see the script).",
+             "",
+             "| graph | ops | links | moves | share left | share retimed | events skipped "
+             "| full ms/eval | fresh ms/eval | fresh / delta | delta ms/eval "
+             "| full / delta |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
     gpt2 = training_graph(build_model("gpt2_small", batch=8), "adam")
     cases = [("layered DAG", layered_dag(1000, width=100, seed=0)),
              ("layered DAG", layered_dag(10_000, width=100, seed=0)),
              ("GPT-2 small, Adam step", gpt2)]
     for label, graph in cases:
-        for links in ("fcfs", "fair"):
+        for links in ("fcfs", "none", "fair"):
             row = case(label, graph, "quad-v100-nvlink", links, args.evals)
             lines.append(row)
             print(row, flush=True)

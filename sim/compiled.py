@@ -12,27 +12,27 @@ transfer takes its source's first copy engine that frees soonest; an op sends it
 in the order :attr:`policies.plans.Plan.transfers` lists them.
 ``tests/sim/test_compiled.py`` checks every column against the Python loop on random plans.
 
-The loop reads what a graph fixes (:class:`Graph`: its edges, tensors, routes, transfer
-times) and, of a plan, only each op's device and time and each device's order: which edge
-crosses devices it works out as it goes. Transfer ``k`` is the copy of tensor ``k // n_dev``
-on device ``k % n_dev`` in every plan (its *slot*), so a run's state means the same under
-any plan of the graph. A run's whole state lives in :class:`State`'s arrays and
-:func:`advance` runs a given number of events: a copy of the state taken between two calls
-resumes later from there (what :mod:`sim.delta` snapshots).
+The loop reads what a graph fixes (:class:`GraphColumns`: its edges, tensors, routes) and,
+of a plan (:class:`PlanInputs`), each op's device and time, each device's order and the
+transfer each edge that crosses devices reads; the rest it works out as it goes. A
+transfer's number names a (tensor, destination) pair for every plan of the graph that
+:class:`sim.slots.Slots` has laid out, so a run's state means the same under each. A run's
+whole state lives in :class:`State`'s arrays and :func:`advance` runs a given number of
+events: a copy of the state taken between two calls resumes later from there (what
+:mod:`sim.delta` snapshots).
 
 The module imports numba; :mod:`sim.engine` imports it on first use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 from numba import njit
 
 __all__ = ["GraphColumns", "PlanInputs", "State", "advance", "begin", "new_state",
-           "routes", "start_refs"]
+           "start_refs"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,10 +40,7 @@ class GraphColumns:
     """What one graph on one cluster fixes for the loop (integers int64). Edges are
     indexed as in ``graph.arrays`` (grouped by reader: ``in_off``); ``out_edges`` lists
     each op's out-edges (CSR by ``out_off``) in the order :attr:`Plan.transfers` meets
-    them. Keys name a tensor's copies: tensor ``t`` on its producer's device is ``t``, in
-    slot ``k`` it is ``n_tensors + k``. A transfer of tensor ``t`` from device ``s`` to
-    ``d`` takes ``times[t_row[t], s, d]`` seconds and holds the channels of pair
-    ``s * n_dev + d`` (``route``, CSR by ``route_off``)."""
+    them."""
 
     edge_src: np.ndarray
     edge_dst: np.ndarray
@@ -54,16 +51,10 @@ class GraphColumns:
     own_off: np.ndarray        #: each op's output tensors (consecutive; CSR)
     producer: np.ndarray       #: per tensor
     tensor_bytes: np.ndarray
-    key_bytes: np.ndarray
     alloc: np.ndarray
     workspace: np.ndarray
     in_degree: np.ndarray
     param_bytes: np.ndarray
-    t_row: np.ndarray
-    times: np.ndarray          #: float; NaN where not yet known
-    route: np.ndarray
-    route_off: np.ndarray
-    n_channels: int
     streams: np.ndarray
     copy_engines: np.ndarray
     capacity: np.ndarray
@@ -72,12 +63,27 @@ class GraphColumns:
 @dataclass(frozen=True, eq=False)
 class PlanInputs:
     """What the loop reads of one plan: each op's device index and seconds, each device's
-    order (op positions, laid end to end: CSR by ``order_off``)."""
+    order (op positions, laid end to end: CSR by ``order_off``), and its transfers: the
+    one each edge reads (``edge_k``, -1 for an edge within a device), and per transfer
+    number its tensor, destination, seconds and route (``k_duration``, ``k_route``: those
+    of this plan's transfers), a route's channels being ``route`` (CSR by ``route_off``)
+    among ``n_channels``. Keys name a tensor's copies: tensor ``t`` on its producer's
+    device is ``t``, the copy transfer ``k`` brings is ``n_tensors + k`` (``key_bytes``:
+    each key's bytes)."""
 
     op_dev: np.ndarray
     op_time: np.ndarray
     order: np.ndarray
     order_off: np.ndarray
+    edge_k: np.ndarray
+    k_tensor: np.ndarray
+    k_dst: np.ndarray
+    k_duration: np.ndarray
+    k_route: np.ndarray
+    route: np.ndarray
+    route_off: np.ndarray
+    n_channels: int
+    key_bytes: np.ndarray
 
 
 @dataclass(eq=False)
@@ -85,10 +91,11 @@ class State:
     """Everything a run changes. ``clock`` is (now, latest end so far); ``count`` is (next
     sequence number, events in the heap, memory records written, events run); the heap
     holds each event's time, sequence number and subject (an op ``i`` as ``i``, a transfer
-    ``k`` as ``-1 - k``); ``over`` is the first overflow (device, op or -1, slot or -1,
+    ``k`` as ``-1 - k``); ``over`` is the first overflow (device, op or -1, transfer or -1,
     bytes; device -1 while none, -2 if memory ran out before the first event) and
     ``over_at`` its time; ``log`` the memory record as (time, device, bytes) rows, kept
-    only where it has rows; ``mark`` is scratch, all zero between events."""
+    only where it has rows; ``mark`` is scratch, all zero between events. Per transfer
+    number: ``t_start``, ``t_end``, ``t_engine``, ``mark``; per key: ``refs``."""
 
     clock: np.ndarray
     count: np.ndarray
@@ -119,51 +126,31 @@ class State:
         return State(**{f.name: getattr(self, f.name).copy() for f in fields(self)})
 
 
-def routes(n_dev: int, route_channels: Callable[[int, int], Sequence[str]]
-           ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Each device pair's channels as indices (CSR by pair ``s * n_dev + d``) and the
-    channels' names.
-
-    >>> r, off, names = routes(2, lambda s, d: [] if s == d else [f"{min(s, d)}-{max(s, d)}"])
-    >>> r.tolist(), off.tolist(), names
-    ([0, 0], [0, 0, 1, 2, 2], ['0-1'])
-    """
-    index: dict[str, int] = {}
-    per_pair = [[index.setdefault(c, len(index)) for c in route_channels(s, d)]
-                for s in range(n_dev) for d in range(n_dev)]
-    off = np.concatenate(([0], np.cumsum([len(r) for r in per_pair]))).astype(np.int64)
-    flat = np.array([c for r in per_pair for c in r], np.int64)
-    return flat, off, list(index)
-
-
-def start_refs(g: GraphColumns, op_dev: np.ndarray) -> tuple[np.ndarray, int]:
-    """What holds each key at the start of a plan's run (each reader of the copy it
-    reads, and on its producer's device each transfer of the tensor), and how many of the
-    plan's transfers have no time known yet in ``g.times``."""
-    refs = np.zeros(len(g.key_bytes), np.int64)
-    missing = _start_refs(g.edge_src, g.edge_dst, g.edge_tensor, g.t_row, g.times, op_dev,
-                          len(g.streams), len(g.producer), refs)
-    return refs, int(missing)
+def start_refs(g: GraphColumns, p: PlanInputs) -> np.ndarray:
+    """What holds each key at the start of ``p``'s run: each reader of the copy it reads,
+    and on its producer's device each transfer of the tensor."""
+    refs = np.zeros(len(p.key_bytes), np.int64)
+    _start_refs(g.edge_tensor, p.edge_k, len(g.producer), refs)
+    return refs
 
 
 def new_state(g: GraphColumns, p: PlanInputs, refs: np.ndarray, resident: np.ndarray, *,
               overflowed: bool, record: bool) -> State:
     """A run's state before its first event: ``refs`` holders per key (:func:`start_refs`),
     ``resident`` bytes per device; ``record``: keep the memory record."""
-    n_dev, n = len(g.streams), len(p.op_dev)
-    m = len(g.key_bytes) - len(g.producer)
+    n_dev, n, m = len(g.streams), len(p.op_dev), len(p.k_tensor)
     free = np.zeros((n_dev, max(int(g.streams.max(initial=1)), 1)), np.int64)
     copy_free = np.full((n_dev, max(int(g.copy_engines.max(initial=1)), 1)), np.inf)
     for d in range(n_dev):
         s = int(g.streams[d])
         free[d, :s] = np.arange(s - 1, -1, -1)  # popped from the end: stream 0 first
         copy_free[d, :int(g.copy_engines[d])] = 0.0
-    rows = (n_dev + 3 * n + len(g.key_bytes) + len(g.edge_src) + 2 * m) if record else 0
+    rows = (n_dev + 3 * n + len(p.key_bytes) + len(g.edge_src) + 2 * m) if record else 0
     return State(
         clock=np.zeros(2), count=np.zeros(4, np.int64), heap_t=np.zeros(n + m),
         heap_s=np.zeros(n + m, np.int64), heap_x=np.zeros(n + m, np.int64),
         nxt=p.order_off[:-1].copy(), free=free, n_free=g.streams.copy(), copy_free=copy_free,
-        link_free=np.zeros(g.n_channels), used=np.asarray(resident, np.int64).copy(),
+        link_free=np.zeros(p.n_channels), used=np.asarray(resident, np.int64).copy(),
         peak=np.asarray(resident, np.int64).copy(), pending=g.in_degree.copy(), refs=refs,
         start=np.zeros(n), stream=np.zeros(n, np.int64), t_start=np.zeros(m),
         t_end=np.zeros(m), t_engine=np.zeros(m, np.int64),
@@ -202,33 +189,28 @@ def advance(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: 
 def _args(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int,
           starting: bool) -> tuple[object, ...]:
     return (g.edge_src, g.edge_dst, g.edge_tensor, g.in_off, g.out_edges, g.out_off,
-            g.own_off, g.producer, g.tensor_bytes, g.key_bytes, g.alloc, g.workspace, g.t_row,
-            g.times, g.route, g.route_off, g.capacity, p.op_dev, p.op_time, p.order,
-            p.order_off, contention, s.clock, s.count, s.heap_t, s.heap_s, s.heap_x, s.nxt,
-            s.free, s.n_free, s.copy_free, s.link_free, s.used, s.peak, s.pending, s.refs,
-            s.start, s.stream, s.t_start, s.t_end, s.t_engine, s.over, s.over_at, s.log,
-            s.mark, events, starting)
+            g.own_off, g.producer, g.tensor_bytes, g.alloc, g.workspace, p.route,
+            p.route_off, g.capacity, p.op_dev, p.op_time, p.order, p.order_off, p.edge_k,
+            p.k_tensor, p.k_dst, p.k_duration, p.k_route, p.key_bytes, contention,
+            s.clock, s.count, s.heap_t, s.heap_s, s.heap_x, s.nxt, s.free, s.n_free,
+            s.copy_free, s.link_free, s.used, s.peak, s.pending, s.refs, s.start, s.stream,
+            s.t_start, s.t_end, s.t_engine, s.over, s.over_at, s.log, s.mark, events,
+            starting)
 
 
 # -- compiled ------------------------------------------------------------------------------
 
 @njit(cache=True)
-def _start_refs(edge_src, edge_dst, edge_tensor, t_row, times, op_dev, n_dev, n_tensors,
-                refs):
-    missing = 0
-    for e in range(len(edge_src)):
+def _start_refs(edge_tensor, edge_k, n_tensors, refs):
+    for e in range(len(edge_tensor)):
         t = edge_tensor[e]
-        s, d = op_dev[edge_src[e]], op_dev[edge_dst[e]]
-        if s == d:
+        k = edge_k[e]
+        if k < 0:
             refs[t] += 1
         else:
-            key = n_tensors + t * n_dev + d
-            if refs[key] == 0:
+            if refs[n_tensors + k] == 0:
                 refs[t] += 1  # the transfer holds the source's copy
-                if np.isnan(times[t_row[t], s, d]):
-                    missing += 1
-            refs[key] += 1
-    return missing
+            refs[n_tensors + k] += 1
 
 
 @njit(cache=True)
@@ -298,8 +280,10 @@ def _grow(d, u, op, k, now, peak, capacity, over, over_at):
 
 @njit(cache=True)
 def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_off, producer,
-             tensor_bytes, key_bytes, alloc, workspace, t_row, times, route, route_off,
-             capacity, op_dev, op_time, order, order_off, contention, clock, count, heap_t,
+             tensor_bytes, alloc, workspace, route, route_off, capacity, op_dev, op_time,
+             order, order_off, edge_k, k_tensor, k_dst, k_duration, k_route, key_bytes,
+             contention,
+             clock, count, heap_t,
              heap_s, heap_x, nxt, free, n_free, copy_free, link_free, used, peak, pending,
              refs, start, stream, t_start, t_end, t_engine, over, over_at, log, mark, events,
              starting):
@@ -330,9 +314,7 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                     used[d] -= w
                     _log(log, count, now, d, used[d])
                 for e in range(in_off[x], in_off[x + 1]):  # the copies it read
-                    key = edge_tensor[e]
-                    if op_dev[edge_src[e]] != d:
-                        key = n_tensors + key * n_dev + d
+                    key = edge_tensor[e] if edge_k[e] < 0 else n_tensors + edge_k[e]
                     refs[key] -= 1
                     if refs[key] == 0:
                         used[d] -= key_bytes[key]
@@ -343,17 +325,17 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                         _log(log, count, now, d, used[d])
                 for j in range(out_off[x], out_off[x + 1]):
                     e = out_edges[j]
-                    dst = op_dev[edge_dst[e]]
-                    if dst == d:  # a reader here
+                    k = edge_k[e]
+                    if k < 0:  # a reader here
                         pending[edge_dst[e]] -= 1
                         continue
-                    k = edge_tensor[e] * n_dev + dst
+                    dst = k_dst[k]
                     if mark[k]:
                         continue  # sent already, to an earlier reader there
                     mark[k] = 1
                     # transfer k's tensor is ready: book its copy engine and channels
                     # (fcfs) or nothing (none), hold its bytes on the destination
-                    duration = times[t_row[edge_tensor[e]], d, dst]
+                    duration = k_duration[k]
                     engine = 0
                     begin = now
                     if contention:
@@ -361,7 +343,7 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                         for c in range(1, copy_free.shape[1]):  # unused: +inf, never first
                             if copy_free[d, c] < begin:
                                 begin, engine = copy_free[d, c], c
-                        pair = d * n_dev + dst
+                        pair = k_route[k]
                         for h in range(route_off[pair], route_off[pair + 1]):
                             if link_free[route[h]] > begin:
                                 begin = link_free[route[h]]
@@ -382,11 +364,11 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                     _grow(dst, u, -1, k, now, peak, capacity, over, over_at)
                     _push(heap_t, heap_s, heap_x, count, now + (end - now), -1 - k)
                 for j in range(out_off[x], out_off[x + 1]):
-                    e = out_edges[j]
-                    mark[edge_tensor[e] * n_dev + op_dev[edge_dst[e]]] = 0
+                    if edge_k[out_edges[j]] >= 0:
+                        mark[edge_k[out_edges[j]]] = 0
             else:  # transfer k arrives
                 k = -1 - x
-                t, d = k // n_dev, k % n_dev
+                t, d = k_tensor[k], k_dst[k]
                 src = op_dev[producer[t]]
                 refs[t] -= 1
                 if refs[t] == 0:
@@ -394,9 +376,8 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                     _log(log, count, now, src, used[src])
                 made = producer[t]
                 for j in range(out_off[made], out_off[made + 1]):
-                    e = out_edges[j]
-                    if edge_tensor[e] == t and op_dev[edge_dst[e]] == d:
-                        pending[edge_dst[e]] -= 1
+                    if edge_k[out_edges[j]] == k:
+                        pending[edge_dst[out_edges[j]]] -= 1
         else:
             break
         # start device d's next ops in plan order while a stream is free and the next

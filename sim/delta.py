@@ -517,11 +517,12 @@ def _resume(run: State, kept: _KeptColumns, base: _KeptColumns) -> None:
     for name, value in snapshot.arrays.items():
         if name == "placed":
             run.nxt[:] = kept.inputs.order_off[:-1] + value
-        elif name.startswith("heap_"):
-            getattr(run, name)[:len(value)] = value
+        elif name == "refs":  # this plan's start, less what the run took
+            run.refs[:len(value)] += value - snapshot.refs0
+        elif name in ("heap_t", "heap_s", "heap_x", "link_free"):
+            getattr(run, name)[:len(value)] = value  # transfers, channels numbered since
         else:
             getattr(run, name)[...] = value
-    run.refs += kept.refs0 - snapshot.refs0
     moved = kept.resident0 - snapshot.resident0
     run.used += moved
     run.peak += moved

@@ -403,24 +403,23 @@ class CompiledRun(Simulation):
         self.plan, self.cluster, self.contention = plan, cluster, contention
         self.devices = list(cluster.device_names)
         self.n_dev = len(self.devices)
-        self.slots = Slots(plan.graph, cluster, cost)
+        self.slots = Slots(plan.graph, cluster, cost, many=False)
         self.inputs = self.slots.inputs(plan)
         a = plan.graph.arrays
         self.names, self.op_flops = a.names, a.flops.astype(np.int64)
         self.op_bytes = a.moved_bytes.astype(np.int64)
         self.op_dev, self.op_time = self.inputs.op_dev.tolist(), self.inputs.op_time.tolist()
-        self.slot = self.slots.transfer_slots(self.inputs.op_dev)  # plan.transfers' own
+        # plan.transfers' numbers, in its order
+        self.number = self.slots.transfer_numbers(plan, self.inputs)
         self.transfer_names = tuple(t.name for t in plan.transfers)
-        tensor = self.slot // self.n_dev
+        tensor = self.inputs.k_tensor[self.number]
         self.t_src = self.inputs.op_dev[a.tensor_producer[tensor]].tolist()
-        self.t_dst = (self.slot % self.n_dev).tolist()
+        self.t_dst = self.inputs.k_dst[self.number].tolist()
         self.t_bytes = a.tensor_bytes[tensor].astype(np.int64).tolist()
-        channels = self.slots.channels
-        pair_channels = [tuple(channels[c] for c in self.slots.columns.route[
-            self.slots.columns.route_off[p]:self.slots.columns.route_off[p + 1]])
-            for p in range(self.n_dev ** 2)]
-        self.t_channels = tuple(pair_channels[s * self.n_dev + d]
-                                for s, d in zip(self.t_src, self.t_dst, strict=True))
+        names, route, off = self.slots.channel_names(), self.inputs.route, self.inputs.route_off
+        by_route = [tuple(names[c] for c in route[off[r]:off[r + 1]])
+                    for r in range(len(off) - 1)]
+        self.t_channels = tuple(by_route[r] for r in self.inputs.k_route[self.number].tolist())
         self.memory = MemoryAccounts(self, self.slots.resident(self.inputs))
         self.capacity, self.used, self.resident = (self.memory.capacity, self.memory.used,
                                                    self.memory.resident)
@@ -435,14 +434,15 @@ class CompiledRun(Simulation):
         compiled.advance(g, p, s, self.contention, 2**62)
         self.start, self.stream = s.start.tolist(), s.stream.tolist()
         self.next = (s.nxt - p.order_off[:-1]).tolist()
-        self.t_start, self.t_end = s.t_start[self.slot].tolist(), s.t_end[self.slot].tolist()
-        self.t_engine = s.t_engine[self.slot].tolist()
+        self.t_start = s.t_start[self.number].tolist()
+        self.t_end = s.t_end[self.number].tolist()
+        self.t_engine = s.t_engine[self.number].tolist()
         self.used[:], self.peak[:] = s.used.tolist(), s.peak.tolist()
         self.timeline[:] = s.log[:s.count[2]].ravel().tolist()
         d, op, k, used = s.over.tolist()
         if d >= 0:
             self.env.now = float(s.over_at[0])
-            transfer = None if k < 0 else int(np.flatnonzero(self.slot == k)[0])
+            transfer = None if k < 0 else int(np.flatnonzero(self.number == k)[0])
             self.memory.over_peak(d, used, op, transfer)
             self.peak[d] = int(s.peak[d])
 

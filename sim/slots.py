@@ -3,10 +3,14 @@
 
 :func:`sim.wiring.wire` lays a plan out from its :class:`policies.plans.Transfer` objects,
 a Python step per transfer. :class:`Slots` works out once what the graph fixes (its edges
-in the order :attr:`Plan.transfers` meets them, tensors, routes, the transfer times met so
-far) and then a plan by array operations on its op devices and orders alone: the loop
-finds which edge crosses devices as it runs. ``tests/sim/test_slots.py`` checks runs on
-these inputs against :func:`sim.simulate` on random plans.
+in the order :attr:`Plan.transfers` meets them, tensors) and then each plan by array
+operations on its op devices and orders alone. It numbers every (tensor, destination)
+transfer the first time a plan makes it and keeps the number for every later plan, so that
+one plan's run state means the same in another's (:mod:`sim.delta`); tables of what it has
+priced (each op on each device, each transfer's time and route by its source) grow as plans
+need them, never to the (tensor, device) or device-pair products that large clusters would
+make. ``tests/sim/test_slots.py`` checks runs on these inputs against :func:`sim.simulate`
+on random plans.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ _PER_OP = (CostModel.op_times, RooflineCost.op_times)
 
 class Slots:
     """What ``graph`` fixes on ``cluster`` under ``cost`` (:attr:`columns`), and each
-    plan's inputs and first state.
+    plan's inputs and first state; ``many``: lay out many plans (price each op on each
+    device a plan uses, once), not one.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan
@@ -47,41 +52,53 @@ class Slots:
     True
     """
 
-    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel) -> None:
+    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel, *,
+                 many: bool = True) -> None:
         self.graph, self.cluster, self.cost = graph, cluster, cost
         a = graph.arrays
         self.devices = tuple(cluster.device_names)
-        n_dev = len(self.devices)
-        n, n_tensors = len(a.names), len(a.tensor_bytes)
-        route, route_off, self.channels = compiled.routes(n_dev, self._route)
+        self.n_dev = n_dev = len(self.devices)
+        n = len(a.names)
         specs = [cluster.device(d) for d in self.devices]
         self.by_size = type(cost).tensor_transfer_time is CostModel.tensor_transfer_time
         sizes, size_of = np.unique(a.tensor_bytes, return_inverse=True)
         self.sizes = sizes.tolist()
-        # each op's time on each device, a device at a time as plans first use it
-        self.table = np.zeros((n, n_dev)) if type(cost).op_times in _PER_OP else None
+        # a transfer's time is the model's for its size (or tensor) and device pair
+        self.t_row = (size_of.ravel().astype(np.int64) if self.by_size
+                      else np.arange(len(a.tensor_bytes), dtype=np.int64))
+        # for many plans, each op's time on each device, a device at a time as plans first
+        # use it; for one, the plan's own
+        self.table = (np.zeros((n, n_dev)) if many and type(cost).op_times in _PER_OP
+                      else None)
         self.priced = np.zeros(n_dev, bool)
-        tensor_bytes = np.asarray(a.tensor_bytes, np.int64)
         self.columns = GraphColumns(
             edge_src=_i64(a.edge_src), edge_dst=_i64(a.edge_dst),
             edge_tensor=_i64(a.edge_tensor),
             in_off=_offsets(np.bincount(a.edge_dst, minlength=n)),
             out_edges=self._out_edges(), out_off=_offsets(np.bincount(a.edge_src, minlength=n)),
             own_off=_i64(a.out_offsets), producer=_i64(a.tensor_producer),
-            tensor_bytes=tensor_bytes,
-            key_bytes=np.concatenate((tensor_bytes, np.repeat(tensor_bytes, n_dev))),
-            alloc=_i64(a.alloc_bytes), workspace=_i64(a.workspace_bytes),
+            tensor_bytes=_i64(a.tensor_bytes), alloc=_i64(a.alloc_bytes),
+            workspace=_i64(a.workspace_bytes),
             in_degree=np.bincount(a.edge_dst, minlength=n).astype(np.int64),
             param_bytes=_i64(a.param_bytes),
-            t_row=_i64(size_of.ravel() if self.by_size else np.arange(n_tensors)),
-            times=np.full((len(sizes) if self.by_size else n_tensors, n_dev, n_dev), np.nan),
-            route=route, route_off=route_off, n_channels=len(self.channels),
             streams=np.array([d.compute_streams for d in specs], np.int64),
             copy_engines=np.array([d.copy_engines for d in specs], np.int64),
             capacity=np.array([d.memory_bytes for d in specs], np.int64))
-
-    def _route(self, s: int, d: int) -> list[str]:
-        return [h.channel for h in self.cluster.route(self.devices[s], self.devices[d])]
+        # the transfers numbered so far: key tensor * n_dev + destination, sorted, and each
+        # key's number; per number its tensor, destination, last source seen, seconds, route
+        self.known = np.zeros(0, np.int64)
+        self.number = np.zeros(0, np.int64)
+        self.k_tensor = np.zeros(0, np.int64)
+        self.k_dst = np.zeros(0, np.int64)
+        self.k_src = np.zeros(0, np.int64)
+        self.k_duration = np.zeros(0)
+        self.k_route = np.zeros(0, np.int64)
+        self.key_bytes = self.columns.tensor_bytes
+        self.times: dict[tuple[int, int, int], float] = {}
+        self.pair_route: dict[int, int] = {}  # source * n_dev + destination -> route
+        self.routes: list[list[int]] = []
+        self.channels: dict[str, int] = {}
+        self.route, self.route_off = np.zeros(0, np.int64), np.zeros(1, np.int64)
 
     def _out_edges(self) -> np.ndarray:
         """Each op's out-edges in the order :attr:`Plan.transfers` meets them (``by_rank``:
@@ -96,37 +113,113 @@ class Slots:
         rank[self.by_rank] = np.arange(len(self.by_rank))
         return np.lexsort((rank, a.edge_src)).astype(np.int64)
 
-    def transfer_slots(self, op_dev: np.ndarray) -> np.ndarray:
-        """The slot of each transfer of the plan of ``op_dev``, in the order
-        :attr:`Plan.transfers` lists them (where each (tensor, device) first crosses)."""
-        g = self.columns
-        edges = self.by_rank
-        dst = op_dev[g.edge_dst[edges]]
-        far = op_dev[g.edge_src[edges]] != dst
-        keys = g.edge_tensor[edges][far] * len(self.devices) + dst[far]
-        slots, first = np.unique(keys, return_index=True)
-        return slots[np.argsort(first)].astype(np.int64)
+    # -- a plan ---------------------------------------------------------------------------
 
     def inputs(self, plan: Plan) -> PlanInputs:
         """What the loop reads of ``plan`` (a plan of this graph, without device groups)."""
+        g = self.columns
         op_dev = plan.device_codes(self.devices)
         orders = plan.order_positions(self.devices)
-        return PlanInputs(op_dev=op_dev, op_time=self._op_times(op_dev),
-                          order=np.concatenate(orders),
-                          order_off=_offsets([len(o) for o in orders]))
+        dst = op_dev[g.edge_dst]
+        far = op_dev[g.edge_src] != dst
+        edge_k = np.full(len(dst), -1, np.int64)
+        edge_k[far] = self._numbers(g.edge_tensor[far] * self.n_dev + dst[far])
+        self._update(op_dev)
+        return PlanInputs(
+            op_dev=op_dev, op_time=self._op_times(op_dev), order=np.concatenate(orders),
+            order_off=_offsets([len(o) for o in orders]), edge_k=edge_k,
+            k_tensor=self.k_tensor, k_dst=self.k_dst, k_duration=self.k_duration.copy(),
+            k_route=self.k_route.copy(), route=self.route, route_off=self.route_off,
+            n_channels=len(self.channels), key_bytes=self.key_bytes)
+
+    def transfer_numbers(self, plan: Plan, p: PlanInputs) -> np.ndarray:
+        """The number of each of ``plan.transfers``, in its order (where each (tensor,
+        device) first crosses, by reader in graph order)."""
+        k = p.edge_k[self.by_rank]
+        k = k[k >= 0]
+        numbers, first = np.unique(k, return_index=True)
+        return numbers[np.argsort(first)]
 
     def state(self, p: PlanInputs, *, record: bool, overflowed: bool = False) -> State:
         """The first state of ``p``'s run (``record``: keep the memory record)."""
-        refs, missing = compiled.start_refs(self.columns, p.op_dev)
-        if missing:
-            self._learn(p.op_dev)
-        return compiled.new_state(self.columns, p, refs, self.resident(p),
-                                  overflowed=overflowed, record=record)
+        return compiled.new_state(self.columns, p, compiled.start_refs(self.columns, p),
+                                  self.resident(p), overflowed=overflowed, record=record)
 
     def resident(self, p: PlanInputs) -> np.ndarray:
         """Each device's parameter bytes under ``p``."""
         return np.bincount(p.op_dev, weights=self.graph.arrays.param_bytes,
-                           minlength=len(self.devices)).astype(np.int64)
+                           minlength=self.n_dev).astype(np.int64)
+
+    # -- what grows as plans need it --------------------------------------------------------
+
+    def _numbers(self, keys: np.ndarray) -> np.ndarray:
+        """The number of each transfer key, numbering those met for the first time."""
+        at = np.searchsorted(self.known, keys)
+        hit = at < len(self.known)
+        hit[hit] = self.known[at[hit]] == keys[hit]
+        if not hit.all():
+            fresh = np.unique(keys[~hit])
+            start = len(self.k_tensor)
+            known = np.concatenate((self.known, fresh))
+            order = np.argsort(known, kind="stable")
+            self.known = known[order]
+            self.number = np.concatenate((self.number, start + np.arange(len(fresh))))[order]
+            self.k_tensor = np.concatenate((self.k_tensor, fresh // self.n_dev))
+            self.k_dst = np.concatenate((self.k_dst, fresh % self.n_dev))
+            self.k_src = np.concatenate((self.k_src, np.full(len(fresh), -1, np.int64)))
+            self.k_duration = np.concatenate((self.k_duration, np.zeros(len(fresh))))
+            self.k_route = np.concatenate((self.k_route, np.zeros(len(fresh), np.int64)))
+            self.key_bytes = np.concatenate((self.columns.tensor_bytes,
+                                             self.columns.tensor_bytes[self.k_tensor]))
+            at = np.searchsorted(self.known, keys)
+        return self.number[at]
+
+    def _update(self, op_dev: np.ndarray) -> None:
+        """Each transfer's time and route from its tensor's source under ``op_dev``, for
+        those whose source differs from the last plan's (the model asked once per size,
+        or tensor, and device pair)."""
+        src = op_dev[self.columns.producer[self.k_tensor]]
+        stale = np.flatnonzero(src != self.k_src)
+        if not len(stale):
+            return
+        self.k_src[stale] = src[stale]
+        pairs = src[stale] * self.n_dev + self.k_dst[stale]
+        codes = self.t_row[self.k_tensor[stale]] * self.n_dev ** 2 + pairs
+        unique, inverse = np.unique(codes, return_inverse=True)
+        seconds = [self._seconds(*divmod(int(c), self.n_dev ** 2)) for c in unique]
+        self.k_duration[stale] = np.asarray(seconds, np.float64)[inverse.ravel()]
+        unique_pairs, inverse = np.unique(pairs, return_inverse=True)
+        known = len(self.routes)
+        routes = [self._route(int(pair)) for pair in unique_pairs]
+        self.k_route[stale] = np.asarray(routes, np.int64)[inverse.ravel()]
+        if len(self.routes) > known:
+            self.route = np.array([c for r in self.routes for c in r], np.int64)
+            self.route_off = _offsets([len(r) for r in self.routes])
+
+    def _seconds(self, row: int, pair: int) -> float:
+        s, d = divmod(pair, self.n_dev)
+        key = (row, s, d)
+        if key not in self.times:
+            names, a = self.devices, self.graph.arrays
+            self.times[key] = (self.cost.transfer_time(int(self.sizes[row]), names[s], names[d])
+                               if self.by_size else self.cost.tensor_transfer_time(
+                                   a.tensor_names[row], int(a.tensor_bytes[row]), names[s],
+                                   names[d]))
+        return self.times[key]
+
+    def _route(self, pair: int) -> int:
+        """The number of the route from device ``pair // n_dev`` to ``pair % n_dev``."""
+        if pair not in self.pair_route:
+            s, d = divmod(pair, self.n_dev)
+            hops = self.cluster.route(self.devices[s], self.devices[d])
+            self.routes.append([self.channels.setdefault(h.channel, len(self.channels))
+                                for h in hops])
+            self.pair_route[pair] = len(self.routes) - 1
+        return self.pair_route[pair]
+
+    def channel_names(self) -> list[str]:
+        """The channels met so far, by number."""
+        return list(self.channels)
 
     def _op_times(self, op_dev: np.ndarray) -> np.ndarray:
         """Each op's time on its device: from the table where the cost model prices each
@@ -154,24 +247,6 @@ class Slots:
         if self.table is not None:
             self.table[:, d] = column
             self.priced[d] = True
-
-    def _learn(self, op_dev: np.ndarray) -> None:
-        """Ask the cost model the transfer times ``op_dev``'s edges need and the table
-        lacks (once per size, or tensor, and device pair)."""
-        g, a, names, cost = self.columns, self.graph.arrays, self.devices, self.cost
-        src, dst = op_dev[g.edge_src], op_dev[g.edge_dst]
-        far = src != dst
-        rows = g.t_row[g.edge_tensor[far]]
-        wanted = set(zip(rows.tolist(), src[far].tolist(), dst[far].tolist(), strict=True))
-        for r, s, d in wanted:
-            if not np.isnan(g.times[r, s, d]):
-                continue
-            if self.by_size:
-                t = cost.transfer_time(int(self.sizes[r]), names[s], names[d])
-            else:
-                t = cost.tensor_transfer_time(a.tensor_names[r], int(a.tensor_bytes[r]),
-                                              names[s], names[d])
-            g.times[r, s, d] = t
 
 
 def _i64(x: np.ndarray) -> np.ndarray:

@@ -32,14 +32,13 @@ def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str) -> None:
     assert float(run.clock[1]) == full.makespan_s
     assert np.array_equal(run.start, c.op_start)
     assert run.peak.tolist() == [full.peak_memory_bytes[d] for d in cluster.device_names]
-    # transfer k of the slots is tensor k // n_dev's copy on device k % n_dev
-    a, n_dev = p.graph.arrays, len(cluster.device_names)
+    a = p.graph.arrays
     index = {d: i for i, d in enumerate(cluster.device_names)}
-    slots_of = slots.transfer_slots(inputs.op_dev)
-    for i, (t, start, end) in enumerate(zip(p.transfers, c.transfer_start, c.transfer_end,
-                                            strict=True)):
-        k = a.tensor_index[t.tensor] * n_dev + index[t.dst]
-        assert slots_of[i] == k, t.name
+    numbers = slots.transfer_numbers(p, inputs)
+    for k, t, start, end in zip(numbers, p.transfers, c.transfer_start, c.transfer_end,
+                                strict=True):
+        assert inputs.k_tensor[k] == a.tensor_index[t.tensor], t.name
+        assert inputs.k_dst[k] == index[t.dst], t.name
         assert (run.t_start[k], run.t_end[k]) == (start, end), t.name
 
 
