@@ -5,19 +5,19 @@ A search scores plans that differ from one another by a move or two. :class:`Del
 keeps, for the last few plans it simulated, snapshots of the run's state taken every so many
 events. For a new plan it finds, against each kept plan, the earliest time the difference can
 change anything (:func:`divergence`), restores the latest snapshot taken before that time
-onto the new plan's wiring, and simulates from there. Every makespan equals a full
+onto the new plan's run, and simulates from there. Every makespan equals a full
 simulation's to the bit (``tests/sim/test_delta.py`` checks random moves under every link
-model); the saving is the share of the run before the first change, which under ``mcmc``'s
-moves is modest (``benchmarks/delta_bound.py`` measures its ceiling).
+model, and near the memory limit the peaks and what each run holds at its end).
 
-A snapshot is the state the simulation changes as it goes: the event queue, each device's
-position in its order and free streams and copy engines, each op's inputs still awaited and
-start, each tensor copy's readers still to come, each transfer's start and end, memory in
-use and its peak, and the link model's own state. Transfers are numbered by (tensor,
-destination) once and for all, so that a transfer keeps its number in every plan and a
-snapshot's state means the same in each. What a plan fixes from the start (its resident
-parameters, each copy's readers) is carried over as a difference: a restored run's value is
-the snapshot's less what the snapshot's plan started with plus what the new plan starts with.
+Where the run is compiled (plan order, ``fcfs`` or ``none`` links, no shared hosts:
+:mod:`sim.compiled`) a plan is laid out from its arrays by :class:`sim.slots.Slots`, which
+numbers each (tensor, destination) transfer once for every plan and re-derives only the
+edges a move changed, and a snapshot is a copy of the run's state arrays. A snapshot also
+keeps what its plan started with (held references, resident parameters): a restored run's
+value is the snapshot's less that plus what the new plan starts with. The kept run that a
+restore uses moves to the back of the kept, so the chain's current plan stays. Elsewhere
+(``fair`` links) the Python loop's state is snapshotted the same way, transfers numbered by
+(tensor, destination) as well.
 
 Runs that this does not cover are simulated in full, with the same result: the ``priority``
 issue order, clusters whose devices share a host, plans with collectives, and link models
@@ -149,17 +149,22 @@ def diverge(a: GraphArrays, old_dev: np.ndarray, old_orders: Sequence[np.ndarray
         then = min(float(start[x[first]]) if first < len(x) else math.inf,
                    _ready(a, int(y[first]), end) if first < len(y) else math.inf)
         earliest = min(earliest, max(reached, then))
-    moved = old_dev != new_dev
-    if moved.any():
-        feeds = moved[a.edge_dst]  # the edges into a moved op: their producers' ends
+    moved = np.flatnonzero(old_dev != new_dev)
+    if len(moved):
+        # the edges into a moved op (grouped by reader, in op order): their producers' ends
+        lo = np.searchsorted(a.edge_dst, moved).tolist()
+        hi = np.searchsorted(a.edge_dst, moved, side="right").tolist()
+        feeds = np.concatenate([a.edge_src[i:j] for i, j in zip(lo, hi, strict=True)])
         earliest = min(earliest, float(start[moved].min()),
-                       float(end[a.edge_src[feeds]].min()) if feeds.any() else math.inf)
+                       float(end[feeds].min()) if len(feeds) else math.inf)
     return earliest
 
 
 def _ready(a: GraphArrays, op: int, end: np.ndarray) -> float:
-    """When op ``op``'s producers have all ended (its edges, grouped by reader)."""
-    producers = a.edge_src[a.edge_dst == op]
+    """When op ``op``'s producers have all ended (its edges, grouped by reader in op
+    order)."""
+    producers = a.edge_src[np.searchsorted(a.edge_dst, op):
+                           np.searchsorted(a.edge_dst, op, side="right")]
     return float(end[producers].max()) if len(producers) else 0.0
 
 
@@ -229,9 +234,12 @@ class DeltaEvaluator:
     infinity where it does not fit), simulating each plan only from the first event that
     its difference from a plan simulated before can change (see the module).
 
-    ``snapshots`` is how many a full run takes (spread evenly over its events); ``keep``
-    how many plans' snapshots are kept. ``stats`` counts the events simulated and those a
-    restore saved.
+    ``snapshots`` is how many a full run takes (spread evenly over its events; by default
+    8 where the run is compiled, 16 where it is not: a compiled run's events cost so
+    little that more snapshots cost more to take than they save, 1.82 ms per evaluation at
+    8 against 1.92 at 16 and 2.00 at 4 on a 5k-op tuning graph apart from the benchmark's);
+    ``keep`` how many plans' snapshots are kept. ``stats`` counts the events simulated and
+    those a restore saved.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan
@@ -250,21 +258,23 @@ class DeltaEvaluator:
     """
 
     def __init__(self, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
-                 order: str = "plan", snapshots: int = 16, keep: int = 4) -> None:
+                 order: str = "plan", snapshots: int | None = None, keep: int = 4) -> None:
         require(order, ORDER_REGISTRY, ORDERS, "evaluator", "order")
         require(links, LINK_REGISTRY, LINK_MODELS, "evaluator", "links")
-        for name, value in (("snapshots", snapshots), ("keep", keep)):
+        for name, value in (("snapshots", 8 if snapshots is None else snapshots),
+                            ("keep", keep)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise PlacementError(f"evaluator: {name} must be an int >= 1, got {value!r}")
         cost.check_cluster(cluster, "evaluator")
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
-        self.n_snapshots, self.keep = snapshots, keep
+        self.keep = keep
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
         self.delta = (order == "plan" and type(self.part) in _LINKS
                       and shared_hosts(cluster) is None)
         # the compiled loop's links: their runs resume from compiled snapshots
         self.compiled = self.delta and type(self.part) in _COMPILED_LINKS
+        self.n_snapshots = snapshots or (8 if self.compiled else 16)
         self.contention = type(self.part) is FirstComeFirstServed
         self.names = frozenset(self.devices)
         self.slots: Slots | None = None

@@ -99,6 +99,9 @@ class Slots:
         self.routes: list[list[int]] = []
         self.channels: dict[str, int] = {}
         self.route, self.route_off = np.zeros(0, np.int64), np.zeros(1, np.int64)
+        # the last plan's transfer key per edge (-1 within a device) and number
+        self.last_keys = np.full(len(a.edge_src), -1, np.int64)
+        self.last_k = np.full(len(a.edge_src), -1, np.int64)
 
     def _out_edges(self) -> np.ndarray:
         """Each op's out-edges in the order :attr:`Plan.transfers` meets them (``by_rank``:
@@ -121,9 +124,14 @@ class Slots:
         op_dev = plan.device_codes(self.devices)
         orders = plan.order_positions(self.devices)
         dst = op_dev[g.edge_dst]
-        far = op_dev[g.edge_src] != dst
-        edge_k = np.full(len(dst), -1, np.int64)
-        edge_k[far] = self._numbers(g.edge_tensor[far] * self.n_dev + dst[far])
+        keys = np.where(op_dev[g.edge_src] != dst, g.edge_tensor * self.n_dev + dst, -1)
+        # a plan differs from the last by a move or two: look up only the edges it changed
+        changed = np.flatnonzero(keys != self.last_keys)
+        edge_k = self.last_k.copy()
+        edge_k[changed] = -1
+        far = changed[keys[changed] >= 0]
+        edge_k[far] = self._numbers(keys[far])
+        self.last_keys, self.last_k = keys, edge_k
         self._update(op_dev)
         return PlanInputs(
             op_dev=op_dev, op_time=self._op_times(op_dev), order=np.concatenate(orders),
