@@ -8,6 +8,7 @@ dependencies, no cross-device deadlock) and against a cluster with :meth:`Plan.v
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import operator
@@ -158,7 +159,6 @@ class Plan:
             self._check_device_groups()
             self._check_groups()
             self._check_order()
-            self.transfers: tuple[Transfer, ...] = self._derive_transfers()
 
     # -- validation ---------------------------------------------------------------------
 
@@ -354,6 +354,14 @@ class Plan:
                     f"plan: op {name!r} is placed on device {device!r}, which cluster "
                     f"{cluster.name!r} lacks; it has {', '.join(cluster.device_names)}")
         return self
+
+    @functools.cached_property
+    def transfers(self) -> tuple[Transfer, ...]:
+        """The tensors that cross devices, each once per (tensor, destination device), in
+        the order the graph's readers first need them (worked out on first use: a search
+        scores many plans whose evaluator never asks)."""
+        with gc_paused():
+            return self._derive_transfers()
 
     def _derive_transfers(self) -> tuple[Transfer, ...]:
         if self.device_groups:

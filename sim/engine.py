@@ -4,7 +4,10 @@ Events are callbacks on an event queue of its own (:mod:`sim.events`), one per o
 per transfer; there is no generator process per op. A run is one :class:`Simulation`
 composed of parts chosen per run: an issue order, a link model (:mod:`sim.links`) and, on
 shared hosts, :class:`sim.hosts.HostSharing`. State lives in flat per-op arrays so that
-the hot path is a few list operations per event.
+the hot path is a few list operations per event. The composition nearly every run uses
+(plan order, ``fcfs`` or ``none`` links, no shared hosts) runs instead as a
+:class:`CompiledRun`: the same model in compiled code (:mod:`sim.compiled`), equal to the
+bit.
 
 Model (documented in ``docs/simulator.md`` and tested in ``tests/sim``):
 

@@ -1,4 +1,5 @@
-"""A job's state for the simulator: its Plan laid out as flat integer lists.
+"""A job's state for the simulator's Python loop: its Plan laid out as flat integer lists
+(the compiled loop lays a plan out from its arrays instead: :mod:`sim.slots`).
 
 :func:`wire` turns one Plan into a :class:`Wiring`: per op, the copies it reads, the local
 readers it wakes and the transfers it sends; per transfer, its route, duration and readers.
