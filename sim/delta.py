@@ -59,8 +59,13 @@ _COMPILED_LINKS = (FirstComeFirstServed, NoContention)
 #: Graphs of at least this many ops are searched with delta simulation where its runs are
 #: not compiled (``fair`` links): it saved 1.06-1.09x at 1k ops and 1.17-1.25x at 10k, and
 #: was slower at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
-#: it is faster at every size measured (100 ops and up) and searches every graph.
+#: it is faster than the full simulation at every size measured (100 ops and up) and
+#: searches every graph (a compiled run from the start without snapshots is faster still
+#: below about 10k ops, but is not a full simulation's evaluator either).
 DELTA_FROM = 1000
+#: A compiled search's transfer numbers start again once more than this beyond twice the
+#: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
+RENUMBER_SLACK = 1024
 
 
 def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
@@ -222,6 +227,7 @@ class _KeptColumns:
     per key, bytes per device), its op times and its snapshots."""
 
     inputs: PlanInputs
+    place: np.ndarray  #: each op's place in its device's order
     refs0: np.ndarray
     resident0: np.ndarray
     start: np.ndarray
@@ -275,6 +281,7 @@ class DeltaEvaluator:
         # the compiled loop's links: their runs resume from compiled snapshots
         self.compiled = self.delta and type(self.part) in _COMPILED_LINKS
         self.n_snapshots = snapshots or (8 if self.compiled else 16)
+        self.renumber_slack = RENUMBER_SLACK
         self.contention = type(self.part) is FirstComeFirstServed
         self.names = frozenset(self.devices)
         self.slots: Slots | None = None
@@ -314,9 +321,15 @@ class DeltaEvaluator:
         if self.slots is None:
             self.slots = Slots(plan.graph, self.cluster, self.cost)
         g = self.slots.columns
+        if len(self.slots.k_tensor) > 2 * len(g.edge_src) + self.renumber_slack:
+            # numbers met over a long search on a large cluster: every run's state grows
+            # with them; start again (the kept runs go with them)
+            self.slots.renumber()
+            self.kept_columns = []
         p = self.slots.inputs(plan)
         run = self.slots.state(p, record=False)
-        kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
+        kept = _KeptColumns(p, _places(p), run.refs.copy(), run.used.copy(), np.zeros(0),
+                            np.zeros(0), [])
         found = self._base(p)
         if found is None:
             compiled.begin(g, p, run, self.contention)
@@ -351,10 +364,19 @@ class DeltaEvaluator:
     def _base(self, p: PlanInputs) -> tuple[_KeptColumns, int] | None:
         """The kept run and snapshot that let the most of ``p``'s run be skipped; the run
         chosen moves to the back of the kept (the one a search keeps returning to stays)."""
-        a, orders = self.graph.arrays, _orders(p)
-        best = _latest(self.kept_columns, lambda kept: diverge(
-            a, kept.inputs.op_dev, _orders(kept.inputs), p.op_dev, orders, kept.start,
-            kept.end))
+        a, place = self.graph.arrays, _places(p)
+
+        def divergence_of(kept: _KeptColumns) -> float:
+            old = kept.inputs
+            moved = old.op_dev != p.op_dev
+            # the devices whose order differs: those an op left or joined, and those where
+            # an op that stayed has another place in the order
+            devices = np.unique(np.concatenate((p.op_dev[(kept.place != place) & ~moved],
+                                                old.op_dev[moved], p.op_dev[moved])))
+            return diverge(a, old.op_dev, _orders(old, devices), p.op_dev,
+                           _orders(p, devices), kept.start, kept.end)
+
+        best = _latest(self.kept_columns, divergence_of)
         if best is not None:
             self.kept_columns = [k for k in self.kept_columns if k is not best[0]] + [best[0]]
         return best
@@ -513,9 +535,17 @@ def _latest(kept: Sequence[_Run], divergence_of: Callable[[_Run], float]
     return best
 
 
-def _orders(p: PlanInputs) -> list[np.ndarray]:
-    """Each device's order of ``p``."""
-    return np.split(p.order, p.order_off[1:-1])
+def _orders(p: PlanInputs, devices: np.ndarray) -> list[np.ndarray]:
+    """The order of each of ``devices`` in ``p``."""
+    return [p.order[p.order_off[d]:p.order_off[d + 1]] for d in devices.tolist()]
+
+
+def _places(p: PlanInputs) -> np.ndarray:
+    """Each op's place in its device's order in ``p``."""
+    place = np.empty(len(p.op_dev), np.int64)
+    place[p.order] = np.arange(len(p.order)) - np.repeat(p.order_off[:-1],
+                                                         np.diff(p.order_off))
+    return place
 
 
 def _resume(run: State, kept: _KeptColumns, base: _KeptColumns) -> None:

@@ -441,7 +441,12 @@ class CompiledRun(Simulation):
         self.t_end = s.t_end[self.number].tolist()
         self.t_engine = s.t_engine[self.number].tolist()
         self.used[:], self.peak[:] = s.used.tolist(), s.peak.tolist()
-        self.timeline[:] = s.log[:s.count[2]].ravel().tolist()
+        log = s.log[:s.count[2]]
+        timeline: list[float] = [0.0] * (3 * len(log))  # (time, device, bytes), as ints
+        timeline[0::3] = log[:, 0].tolist()
+        timeline[1::3] = log[:, 1].astype(np.int64).tolist()
+        timeline[2::3] = log[:, 2].astype(np.int64).tolist()
+        self.timeline[:] = timeline
         d, op, k, used = s.over.tolist()
         if d >= 0:
             self.env.now = float(s.over_at[0])

@@ -6,11 +6,12 @@ a Python step per transfer. :class:`Slots` works out once what the graph fixes (
 in the order :attr:`Plan.transfers` meets them, tensors) and then each plan by array
 operations on its op devices and orders alone. It numbers every (tensor, destination)
 transfer the first time a plan makes it and keeps the number for every later plan, so that
-one plan's run state means the same in another's (:mod:`sim.delta`); tables of what it has
-priced (each op on each device, each transfer's time and route by its source) grow as plans
-need them, never to the (tensor, device) or device-pair products that large clusters would
-make. ``tests/sim/test_slots.py`` checks runs on these inputs against :func:`sim.simulate`
-on random plans.
+one plan's run state means the same in another's (:mod:`sim.delta`; :meth:`Slots.renumber`
+starts the numbers again, which a long search on a large cluster needs now and then); what
+it prices (each transfer's time and route by its source) is priced as plans need it, not
+for every (tensor, device) or device pair, and each op's time on a device when a plan first
+uses the device. ``tests/sim/test_slots.py`` checks runs on these inputs, plan after plan
+of one layout, against the Python event loop on random plans.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ class Slots:
                       else np.arange(len(a.tensor_bytes), dtype=np.int64))
         # for many plans, each op's time on each device, a device at a time as plans first
         # use it; for one, the plan's own
-        self.table = (np.zeros((n, n_dev)) if many and type(cost).op_times in _PER_OP
+        # (a row per device: a row not priced takes no memory)
+        self.table = (np.zeros((n_dev, n)) if many and type(cost).op_times in _PER_OP
                       else None)
         self.priced = np.zeros(n_dev, bool)
         self.columns = GraphColumns(
@@ -84,6 +86,16 @@ class Slots:
             streams=np.array([d.compute_streams for d in specs], np.int64),
             copy_engines=np.array([d.copy_engines for d in specs], np.int64),
             capacity=np.array([d.memory_bytes for d in specs], np.int64))
+        self.times: dict[tuple[int, int, int], float] = {}
+        self.pair_route: dict[int, int] = {}  # source * n_dev + destination -> route
+        self.routes: list[list[int]] = []
+        self.channels: dict[str, int] = {}
+        self.route, self.route_off = np.zeros(0, np.int64), np.zeros(1, np.int64)
+        self.renumber()
+
+    def renumber(self) -> None:
+        """Forget every transfer number (a run state taken under them no longer applies);
+        prices and routes stay."""
         # the transfers numbered so far: key tensor * n_dev + destination, sorted, and each
         # key's number; per number its tensor, destination, last source seen, seconds, route
         self.known = np.zeros(0, np.int64)
@@ -93,15 +105,10 @@ class Slots:
         self.k_src = np.zeros(0, np.int64)
         self.k_duration = np.zeros(0)
         self.k_route = np.zeros(0, np.int64)
-        self.key_bytes = self.columns.tensor_bytes
-        self.times: dict[tuple[int, int, int], float] = {}
-        self.pair_route: dict[int, int] = {}  # source * n_dev + destination -> route
-        self.routes: list[list[int]] = []
-        self.channels: dict[str, int] = {}
-        self.route, self.route_off = np.zeros(0, np.int64), np.zeros(1, np.int64)
+        self.key_bytes = self.columns.tensor_bytes.copy()  # writable, as once it grows
         # the last plan's transfer key per edge (-1 within a device) and number
-        self.last_keys = np.full(len(a.edge_src), -1, np.int64)
-        self.last_k = np.full(len(a.edge_src), -1, np.int64)
+        self.last_keys = np.full(len(self.columns.edge_src), -1, np.int64)
+        self.last_k = np.full(len(self.columns.edge_src), -1, np.int64)
 
     def _out_edges(self) -> np.ndarray:
         """Each op's out-edges in the order :attr:`Plan.transfers` meets them (``by_rank``:
@@ -190,19 +197,20 @@ class Slots:
         stale = np.flatnonzero(src != self.k_src)
         if not len(stale):
             return
-        self.k_src[stale] = src[stale]
         pairs = src[stale] * self.n_dev + self.k_dst[stale]
         codes = self.t_row[self.k_tensor[stale]] * self.n_dev ** 2 + pairs
         unique, inverse = np.unique(codes, return_inverse=True)
         seconds = [self._seconds(*divmod(int(c), self.n_dev ** 2)) for c in unique]
-        self.k_duration[stale] = np.asarray(seconds, np.float64)[inverse.ravel()]
-        unique_pairs, inverse = np.unique(pairs, return_inverse=True)
+        unique_pairs, pair_of = np.unique(pairs, return_inverse=True)
         known = len(self.routes)
         routes = [self._route(int(pair)) for pair in unique_pairs]
-        self.k_route[stale] = np.asarray(routes, np.int64)[inverse.ravel()]
         if len(self.routes) > known:
             self.route = np.array([c for r in self.routes for c in r], np.int64)
             self.route_off = _offsets([len(r) for r in self.routes])
+        # only now that the model has priced them all (it may refuse one)
+        self.k_duration[stale] = np.asarray(seconds, np.float64)[inverse.ravel()]
+        self.k_route[stale] = np.asarray(routes, np.int64)[pair_of.ravel()]
+        self.k_src[stale] = src[stale]
 
     def _seconds(self, row: int, pair: int) -> float:
         s, d = divmod(pair, self.n_dev)
@@ -240,7 +248,7 @@ class Slots:
                 self._price(d)
         if self.table is None:
             return np.asarray(self.cost.op_times(self.graph, op_dev), np.float64)
-        return self.table[np.arange(len(op_dev)), op_dev]
+        return self.table[op_dev, np.arange(len(op_dev))]
 
     def _price(self, d: int) -> None:
         """Every op's time on device ``d``, into the table; a model that refuses some op
@@ -253,7 +261,7 @@ class Slots:
             self.table = None
             return
         if self.table is not None:
-            self.table[:, d] = column
+            self.table[d] = column
             self.priced[d] = True
 
 

@@ -14,14 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
-from policies import Plan, plan
+from policies import Plan, order_by_priority, plan
 from sim import engine, simulate
 from sim.engine import CompiledRun, PlanOrder, Simulation
 from sim.links import FirstComeFirstServed, NoContention
 from sim.wiring import wire
 from tests.helpers import FixedCost
 from tests.sim.test_flows import instances
-from workloads import build_model, training_graph
+from workloads import Graph, build_model, training_graph
 
 _COLUMNS = ("start", "stream", "next", "t_start", "t_end", "t_engine", "used", "peak",
             "timeline", "op_dev", "op_time", "t_src", "t_dst", "t_bytes", "t_channels",
@@ -48,6 +48,7 @@ def both(p: Plan, cluster: Cluster, cost: Any, links: str) -> tuple[Simulation, 
 def assert_same(slow: Simulation, fast: Simulation) -> None:
     for name in _COLUMNS:
         assert getattr(fast, name) == getattr(slow, name), name
+    assert list(map(type, fast.timeline)) == list(map(type, slow.timeline))
     assert fast.memory.overflow == slow.memory.overflow
     a, b = slow.result("j"), fast.result("j")
     assert (a.makespan_s, a.feasible, a.reason) == (b.makespan_s, b.feasible, b.reason)
@@ -62,6 +63,22 @@ def test_the_compiled_loop_equals_the_python_loop_to_the_bit(instance, links: st
     p, cluster, cost = instance
     cluster = with_memory(cluster, memory)
     assert_same(*both(p, cluster, FixedCost(cluster, cost.times, cost.default), links))
+
+
+@settings(max_examples=60, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "none"]), st.integers(0, 2**32 - 1))
+def test_ops_listed_out_of_order_with_workspace_alike_in_both_loops(  # type: ignore[no-untyped-def]
+        instance, links: str, seed: int) -> None:
+    """A graph whose ops are not listed in topological order (its arrays then list them
+    in another order than the graph: the order Plan.transfers follows), some ops holding
+    workspace while they run."""
+    p, cluster, cost = instance
+    rng = np.random.default_rng(seed)
+    ops = [replace(o, workspace_bytes=int(rng.choice([0, 0, 1_000_000])))
+           for o in p.graph.ops_by_name().values()]
+    graph = Graph("shuffled", [ops[i] for i in rng.permutation(len(ops))])
+    q = Plan(graph, p.placement, order_by_priority(graph, p.placement))
+    assert_same(*both(q, cluster, cost, links))
 
 
 @pytest.mark.parametrize("links", ["fcfs", "none"])
@@ -104,7 +121,7 @@ def test_simulate_runs_the_compiled_loop_where_it_applies(monkeypatch: pytest.Mo
     assert compiled == [False]
 
 
-def test_no_ops_no_transfers() -> None:
+def test_a_plan_without_transfers() -> None:
     """A plan whose every op sits on one device: no transfer, no channel."""
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)

@@ -15,11 +15,11 @@ from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import Plan, order_by_priority, plan
 from sim import evaluator, simulate
 from sim.delta import DeltaEvaluator, divergence
-from tests.helpers import FixedCost
+from tests.helpers import FixedCost, op, toy_cluster
 from tests.sim.test_compiled import with_memory
 from tests.sim.test_flows import instances
-from workloads import build_model, training_graph
-from workloads.errors import PlacementError
+from workloads import Graph, build_model, training_graph
+from workloads.errors import PlacementError, UnsupportedOp
 
 
 def moved(p: Plan, rng: np.random.Generator, devices: tuple[str, ...]) -> Plan:
@@ -123,6 +123,54 @@ def test_every_move_scores_as_the_full_simulation_near_the_memory_limit(  # type
         # every copy is freed once its last holder is done: the parameters are left
         assert evaluate.last_memory["held_at_end_bytes"] == full.resident_bytes
         p = moved(p, rng, cluster.device_names)
+
+
+@settings(max_examples=100, deadline=None)
+@given(instances(), st.sampled_from(["fcfs", "none"]), st.integers(0, 2**32 - 1),
+       st.booleans())
+def test_a_chain_that_returns_to_earlier_plans_scores_as_the_full_simulation(  # type: ignore[no-untyped-def]
+        instance, links: str, seed: int, renumber: bool) -> None:
+    """A search comes back to plans it left (a rejected move, a restart): the run a restore
+    uses moves to the back of those kept. With ``renumber``, the transfer numbers start
+    again whenever more than three have been met (as a long search on a large cluster
+    does), the kept runs with them."""
+    p, cluster, cost = instance
+    rng = np.random.default_rng(seed)
+    evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=4, keep=2)
+    if renumber:  # whenever a plan brings a transfer the first plan did not make
+        evaluate.renumber_slack = len(p.transfers) - 2 * len(p.graph.arrays.edge_src)
+    seen = [p]
+    for _ in range(16):
+        assert evaluate(p) == score(p, cluster, cost, links)
+        p = (seen[int(rng.integers(len(seen)))] if rng.random() < 0.3
+             else moved(p, rng, cluster.device_names))
+        seen.append(p)
+
+
+def test_an_evaluation_the_cost_model_refuses_leaves_the_next_ones_right() -> None:
+    """A transfer the model refuses to price raises; the plans scored after it get the
+    full simulation's makespan (no time left half-updated from the refused plan)."""
+
+    class Picky(FixedCost):
+        def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
+            if src == "d2":
+                raise UnsupportedOp("no copies out of d2")
+            return 1.0 + int(src[1:])  # seconds that depend on the source
+
+    cluster = toy_cluster(4)
+    cost = Picky(cluster)
+    graph = Graph("g", [op("A"), op("C"), op("B", ("A", "C"))])
+
+    def plan_of(where: dict[str, str]) -> Plan:
+        return Plan(graph, where, order_by_priority(graph, where))
+
+    evaluate = DeltaEvaluator(cluster, cost)
+    first = plan_of({"A": "d0", "C": "d1", "B": "d1"})
+    assert evaluate(first) == score(first, cluster, cost, "fcfs") == 3.0
+    with pytest.raises(UnsupportedOp, match="no copies out of d2"):
+        evaluate(plan_of({"A": "d3", "C": "d2", "B": "d1"}))
+    after = plan_of({"A": "d3", "C": "d1", "B": "d1"})
+    assert evaluate(after) == score(after, cluster, cost, "fcfs") == 6.0
 
 
 @pytest.mark.parametrize("links", ["fcfs", "fair", "none"])

@@ -1,6 +1,8 @@
-"""A plan's columns worked out from its arrays (sim.slots) run as sim.simulate runs the
-plan (itself checked against simpy and SimGrid): the same op times, transfer times and
-peaks, on random plans and a real training step."""
+"""A plan laid out for many plans (sim.slots: the op-time table, transfer numbers kept
+from plan to plan) runs as the Python event loop runs the plan's wiring (sim.wiring,
+sim.engine.Simulation, itself checked against simpy and SimGrid): the same op times,
+transfer times and peaks, plan after plan of one layout, on random plans and a real
+training step."""
 
 from __future__ import annotations
 
@@ -13,21 +15,33 @@ from hypothesis import strategies as st
 
 from hwmodels import Cluster, RooflineCost, get_cluster
 from policies import Plan, plan
-from sim import compiled, simulate
+from sim import SimResult, compiled
+from sim.engine import PlanOrder, Simulation
+from sim.links import FirstComeFirstServed, NoContention
 from sim.slots import Slots
+from sim.wiring import wire
 from tests.helpers import FixedCost
 from tests.sim.test_compiled import with_memory
+from tests.sim.test_delta import moved
 from tests.sim.test_flows import instances
 from workloads import build_model, training_graph
 
 
-def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str) -> None:
-    slots = Slots(p.graph, cluster, cost)
+def python_loop(p: Plan, cluster: Cluster, cost: Any, links: str) -> SimResult:
+    run = Simulation(wire(p, cluster, cost), cluster, cluster.device_names, p)
+    run.compose(PlanOrder, FirstComeFirstServed if links == "fcfs" else NoContention)
+    run.run()
+    return run.result("job0")
+
+
+def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str,
+                      slots: Slots | None = None) -> None:
+    slots = slots or Slots(p.graph, cluster, cost)
     inputs = slots.inputs(p)
     run = slots.state(inputs, record=False)
     compiled.begin(slots.columns, inputs, run, links == "fcfs")
     compiled.advance(slots.columns, inputs, run, links == "fcfs", 2**62)
-    full = simulate(p, cluster, cost, links=links)
+    full = python_loop(p, cluster, cost, links)
     c = full.columns
     assert float(run.clock[1]) == full.makespan_s
     assert np.array_equal(run.start, c.op_start)
@@ -49,7 +63,12 @@ def test_slot_columns_run_as_the_simulator_runs_the_plan(instance, links: str,  
                                                           memory: int) -> None:
     p, cluster, cost = instance
     cluster = with_memory(cluster, memory)
-    assert_runs_alike(p, cluster, FixedCost(cluster, cost.times, cost.default), links)
+    cost = FixedCost(cluster, cost.times, cost.default)
+    slots = Slots(p.graph, cluster, cost)
+    rng = np.random.default_rng(len(p.graph))
+    for _ in range(4):  # one layout, plan after plan
+        assert_runs_alike(p, cluster, cost, links, slots)
+        p = moved(p, rng, cluster.device_names)
 
 
 @pytest.mark.parametrize("policy", ["heft", "random"])
