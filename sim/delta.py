@@ -63,6 +63,9 @@ _COMPILED_LINKS = (FirstComeFirstServed, NoContention)
 #: searches every graph (below about 10k ops, running each plan from the start on its
 #: arrays without snapshots would be faster still: 0.57 against 0.78 ms at 1k ops).
 DELTA_FROM = 1000
+#: Clusters of more devices than this look for the devices whose order a move changed
+#: before comparing orders (a comparison per device costs more on 1,024 devices).
+_FEW_DEVICES = 32
 #: A compiled search's transfer numbers start again once more than this beyond twice the
 #: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
 RENUMBER_SLACK = 1024
@@ -227,7 +230,6 @@ class _KeptColumns:
     per key, bytes per device), its op times and its snapshots."""
 
     inputs: PlanInputs
-    place: np.ndarray  #: each op's place in its device's order
     refs0: np.ndarray
     resident0: np.ndarray
     start: np.ndarray
@@ -328,8 +330,7 @@ class DeltaEvaluator:
             self.kept_columns = []
         p = self.slots.inputs(plan)
         run = self.slots.state(p, record=False)
-        kept = _KeptColumns(p, _places(p), run.refs.copy(), run.used.copy(), np.zeros(0),
-                            np.zeros(0), [])
+        kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
         found = self._base(p)
         if found is None:
             compiled.begin(g, p, run, self.contention)
@@ -364,15 +365,18 @@ class DeltaEvaluator:
     def _base(self, p: PlanInputs) -> tuple[_KeptColumns, int] | None:
         """The kept run and snapshot that let the most of ``p``'s run be skipped; the run
         chosen moves to the back of the kept (the one a search keeps returning to stays)."""
-        a, place = self.graph.arrays, _places(p)
+        a = self.graph.arrays
+        every = np.arange(len(self.devices))
+        place = _places(p) if len(every) > _FEW_DEVICES else None
 
         def divergence_of(kept: _KeptColumns) -> float:
-            old = kept.inputs
-            moved = old.op_dev != p.op_dev
-            # the devices whose order differs: those an op left or joined, and those where
-            # an op that stayed has another place in the order
-            devices = np.unique(np.concatenate((p.op_dev[(kept.place != place) & ~moved],
-                                                old.op_dev[moved], p.op_dev[moved])))
+            old, devices = kept.inputs, every
+            if place is not None:  # many devices: only those whose order differs, those
+                # an op left or joined and those where an op that stayed has another place
+                moved = old.op_dev != p.op_dev
+                devices = np.unique(np.concatenate((
+                    p.op_dev[(_places(old) != place) & ~moved], old.op_dev[moved],
+                    p.op_dev[moved])))
             return diverge(a, old.op_dev, _orders(old, devices), p.op_dev,
                            _orders(p, devices), kept.start, kept.end)
 

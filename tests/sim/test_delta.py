@@ -20,6 +20,7 @@ from tests.sim.test_compiled import with_memory
 from tests.sim.test_flows import instances
 from workloads import Graph, build_model, training_graph
 from workloads.errors import PlacementError, UnsupportedOp
+from workloads.synthetic import layered_dag
 
 
 def moved(p: Plan, rng: np.random.Generator, devices: tuple[str, ...]) -> Plan:
@@ -145,6 +146,26 @@ def test_a_chain_that_returns_to_earlier_plans_scores_as_the_full_simulation(  #
         p = (seen[int(rng.integers(len(seen)))] if rng.random() < 0.3
              else moved(p, rng, cluster.device_names))
         seen.append(p)
+
+
+@pytest.mark.parametrize("links", ["fcfs", "none"])
+def test_on_many_devices_it_compares_only_the_orders_a_move_changed(links: str) -> None:
+    """Past a few dozen devices the orders compared are those a move changed (moves,
+    swaps within a device, returns to earlier plans)."""
+    cluster = toy_cluster(40)
+    cost = FixedCost(cluster, default=1e-3)
+    graph = layered_dag(200, width=20, seed=3)
+    where = {n: cluster.device_names[i % 40] for i, n in enumerate(graph.names)}
+    p = Plan(graph, where, order_by_priority(graph, where))
+    rng = np.random.default_rng(7)
+    evaluate = DeltaEvaluator(cluster, cost, links=links)
+    seen = [p]
+    for _ in range(40):
+        assert evaluate(p) == score(p, cluster, cost, links)
+        p = (seen[int(rng.integers(len(seen)))] if rng.random() < 0.2
+             else moved(p, rng, cluster.device_names))
+        seen.append(p)
+    assert evaluate.stats["restored"] > 0
 
 
 def test_an_evaluation_the_cost_model_refuses_leaves_the_next_ones_right() -> None:
