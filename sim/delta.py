@@ -61,7 +61,7 @@ _COMPILED_LINKS = (FirstComeFirstServed, NoContention)
 #: was slower at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
 #: it is faster than the full simulation at every size measured (100 ops and up) and
 #: searches every graph (below about 10k ops, running each plan from the start on its
-#: arrays without snapshots would be faster still: 0.57 against 0.78 ms at 1k ops).
+#: arrays without snapshots would be faster still: 0.59 against 0.78 ms at 1k ops).
 DELTA_FROM = 1000
 #: Clusters of more devices than this look for the devices whose order a move changed
 #: before comparing orders (a comparison per device costs more on 1,024 devices).
