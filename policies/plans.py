@@ -213,7 +213,8 @@ class Plan:
     def _check_order(self) -> None:
         if self._orders_follow_topology():
             return  # every op listed once, on its device, in one topological order
-        position = self._check_listed()
+        if self.device_groups or not self._listed_once():
+            position = self._check_listed()  # names what is wrong
         chains = self._order_ids()
         if self.device_groups:
             for edge in self.graph.edges():
@@ -288,6 +289,32 @@ class Plan:
             listed += len(ops)
         self.__dict__["_positions"] = positions  # what order_positions gives, found here
         return listed == len(self.placement)
+
+    def _listed_once(self) -> bool:
+        """Whether each device lists only its own ops and every op is listed once (a plan
+        without device groups), checked without a Python step per op; the positions found
+        are kept for :meth:`order_positions`."""
+        rank = self.graph.arrays.position
+        index = {d: i for i, d in enumerate(self.order)}
+        try:
+            codes = np.fromiter(map(index.__getitem__, map(self.placement.__getitem__,
+                                                           self.graph.arrays.names)),
+                                np.int64, len(self.placement))
+            ids = {d: np.fromiter(map(rank.__getitem__, ops), np.int64, len(ops))
+                   for d, ops in self.order.items()}
+        except KeyError:  # an op listed that is not in the graph, or one on no order's device
+            return False
+        seen = np.zeros(len(codes), np.int64)
+        for d, listed in ids.items():
+            if (codes[listed] != index[d]).any():
+                return False
+            seen += np.bincount(listed, minlength=len(codes))
+        if not (seen == 1).all():
+            return False
+        for ids_of in ids.values():
+            ids_of.setflags(write=False)  # shared by every caller of order_positions
+        self.__dict__["_positions"] = ids
+        return True
 
     def _check_listed(self) -> dict[tuple[str, str], int]:
         """Every op listed once on each of its devices; its position in each order."""
