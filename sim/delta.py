@@ -57,14 +57,15 @@ _LINKS = (FirstComeFirstServed, FairSharing, NoContention)
 #: Those of them the compiled loop runs.
 _COMPILED_LINKS = (FirstComeFirstServed, NoContention)
 #: Graphs of at least this many ops are searched with delta simulation where its runs are
-#: not compiled (``fair`` links): it saved 1.06-1.09x at 1k ops and 1.17-1.25x at 10k, and
-#: was slower at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
+#: not compiled (``fair`` links): it saves 1.09x at 1k ops and 1.31x at 10k, and is slower
+#: at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
 #: it is faster than the full simulation at every size measured (100 ops and up) and
 #: searches every graph (below about 10k ops, running each plan from the start on its
 #: arrays without snapshots would be faster still: 0.59 against 0.78 ms at 1k ops).
 DELTA_FROM = 1000
 #: Clusters of more devices than this look for the devices whose order a move changed
-#: before comparing orders (a comparison per device costs more on 1,024 devices).
+#: before comparing orders (comparing every order is the cheaper on the benchmark's four
+#: devices and far the dearer on 1,024; 32, between them, is not measured).
 _FEW_DEVICES = 32
 #: A compiled search's transfer numbers start again once more than this beyond twice the
 #: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
