@@ -31,7 +31,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 from numba import njit
 
-__all__ = ["GraphColumns", "PlanInputs", "State", "advance", "begin", "new_state",
+from sim.flows import _views, finish_flows, start_flow
+
+__all__ = ["FairInputs", "GraphColumns", "PlanInputs", "State", "advance", "begin", "new_state",
            "start_refs"]
 
 
@@ -86,6 +88,25 @@ class PlanInputs:
     key_bytes: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class FairInputs:
+    """What the ``fair`` link model adds (:class:`sim.links.FairSharing`, whose flows are
+    :class:`sim.flows.FlowTable`): the table's two arrays, the flow of each transfer number
+    and the number of each flow, and per flow its latency and the bytes that then flow."""
+
+    floats: np.ndarray
+    ints: np.ndarray
+    flow_of: np.ndarray
+    number_of: np.ndarray
+    latency: np.ndarray
+    volume: np.ndarray
+
+
+#: The arrays a run without fair links passes in their place (one type for the loop).
+_NO_FAIR = FairInputs(np.zeros(1), np.zeros(1, np.int64), np.zeros(1, np.int64),
+                      np.zeros(1, np.int64), np.zeros(1), np.zeros(1))
+
+
 @dataclass(eq=False)
 class State:
     """Everything a run changes. ``clock`` is (now, latest end so far); ``count`` is (next
@@ -95,7 +116,8 @@ class State:
     bytes; device -1 while none, -2 if memory ran out before the first event) and
     ``over_at`` its time; ``log`` the memory record as (time, device, bytes) rows, kept
     only where it has rows; ``mark`` is scratch, all zero between events. Per transfer
-    number: ``t_start``, ``t_end``, ``t_engine``, ``mark``; per key: ``refs``."""
+    number: ``t_start``, ``t_end``, ``t_engine``, ``mark``; per key: ``refs``. Under fair
+    links ``clock`` also holds the earliest foreseen end of a flow."""
 
     clock: np.ndarray
     count: np.ndarray
@@ -120,6 +142,13 @@ class State:
     over_at: np.ndarray
     log: np.ndarray
     mark: np.ndarray
+    free_eng: np.ndarray    #: fair links: each device's free copy engines (a stack)
+    n_free_eng: np.ndarray
+    wait_next: np.ndarray   #: fair links: each source's transfers waiting for an engine
+    wait_ends: np.ndarray   #: (first, last) per device, -1 where none waits
+    booked: np.ndarray      #: fair links: the ticks booked (a heap of times)
+    todo: np.ndarray        #: fair links: the transfers the last tick ended, in order
+    fair_count: np.ndarray  #: ticks booked, ended transfers done, ended, tick to book
 
     def copy(self) -> State:
         """An independent copy (a snapshot)."""
@@ -146,26 +175,37 @@ def new_state(g: GraphColumns, p: PlanInputs, refs: np.ndarray, resident: np.nda
         free[d, :s] = np.arange(s - 1, -1, -1)  # popped from the end: stream 0 first
         copy_free[d, :int(g.copy_engines[d])] = 0.0
     rows = (n_dev + 3 * n + len(p.key_bytes) + len(g.edge_src) + 2 * m) if record else 0
+    engines = int(g.copy_engines.max(initial=1))
+    free_eng = np.zeros((n_dev, max(engines, 1)), np.int64)
+    for d in range(n_dev):
+        e = int(g.copy_engines[d])
+        free_eng[d, :e] = np.arange(e - 1, -1, -1)  # popped from the end: engine 0 first
     return State(
-        clock=np.zeros(2), count=np.zeros(4, np.int64), heap_t=np.zeros(n + m),
-        heap_s=np.zeros(n + m, np.int64), heap_x=np.zeros(n + m, np.int64),
+        clock=np.array([0.0, 0.0, np.inf]), count=np.zeros(4, np.int64),
+        heap_t=np.zeros(n + m + 1), heap_s=np.zeros(n + m + 1, np.int64),
+        heap_x=np.zeros(n + m + 1, np.int64),
         nxt=p.order_off[:-1].copy(), free=free, n_free=g.streams.copy(), copy_free=copy_free,
         link_free=np.zeros(p.n_channels), used=np.asarray(resident, np.int64).copy(),
         peak=np.asarray(resident, np.int64).copy(), pending=g.in_degree.copy(), refs=refs,
         start=np.zeros(n), stream=np.zeros(n, np.int64), t_start=np.zeros(m),
         t_end=np.zeros(m), t_engine=np.zeros(m, np.int64),
         over=np.array([-2 if overflowed else -1, -1, -1, 0], np.int64), over_at=np.zeros(1),
-        log=np.zeros((rows, 3)), mark=np.zeros(m, np.int8))
+        log=np.zeros((rows, 3)), mark=np.zeros(m, np.int8), free_eng=free_eng,
+        n_free_eng=g.copy_engines.copy(), wait_next=np.full(m, -1, np.int64),
+        wait_ends=np.full((n_dev, 2), -1, np.int64), booked=np.zeros(m + 1),
+        todo=np.zeros(m + 1, np.int64), fair_count=np.zeros(4, np.int64))
 
 
-def begin(g: GraphColumns, p: PlanInputs, s: State, contention: bool) -> None:
+def begin(g: GraphColumns, p: PlanInputs, s: State, contention: bool,
+          fair: FairInputs | None = None) -> None:
     """Log the start and start what may start at time 0."""
-    _advance(*_args(g, p, s, contention, 0, True))
+    _advance(*_args(g, p, s, contention, fair, 0, True))
 
 
-def advance(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int) -> int:
-    """Run up to ``events`` more events (``fcfs`` links if ``contention``, else ``none``);
-    how many ran (fewer only at the run's end).
+def advance(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int,
+            fair: FairInputs | None = None) -> int:
+    """Run up to ``events`` more events (``fair`` links given ``fair``, else ``fcfs`` links
+    if ``contention``, else ``none``); how many ran (fewer only at the run's end).
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan
@@ -183,16 +223,19 @@ def advance(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: 
     >>> bool((s.nxt == p.order_off[1:]).all())  # every op ran
     True
     """
-    return int(_advance(*_args(g, p, s, contention, events, False)))
+    return int(_advance(*_args(g, p, s, contention, fair, events, False)))
 
 
-def _args(g: GraphColumns, p: PlanInputs, s: State, contention: bool, events: int,
-          starting: bool) -> tuple[object, ...]:
+def _args(g: GraphColumns, p: PlanInputs, s: State, contention: bool,
+          fair: FairInputs | None, events: int, starting: bool) -> tuple[object, ...]:
+    f = _NO_FAIR if fair is None else fair
     return (g.edge_src, g.edge_dst, g.edge_tensor, g.in_off, g.out_edges, g.out_off,
             g.own_off, g.producer, g.tensor_bytes, g.alloc, g.workspace, p.route,
             p.route_off, g.capacity, p.op_dev, p.op_time, p.order, p.order_off, p.edge_k,
             p.k_tensor, p.k_dst, p.k_duration, p.k_route, p.key_bytes, contention,
-            s.clock, s.count, s.heap_t, s.heap_s, s.heap_x, s.nxt, s.free, s.n_free,
+            fair is not None, f.floats, f.ints, f.flow_of, f.number_of, f.latency, f.volume,
+            s.free_eng, s.n_free_eng, s.wait_next, s.wait_ends, s.booked, s.todo,
+            s.fair_count, s.clock, s.count, s.heap_t, s.heap_s, s.heap_x, s.nxt, s.free, s.n_free,
             s.copy_free, s.link_free, s.used, s.peak, s.pending, s.refs, s.start, s.stream,
             s.t_start, s.t_end, s.t_engine, s.over, s.over_at, s.log, s.mark, events,
             starting)
@@ -279,10 +322,79 @@ def _grow(d, u, op, k, now, peak, capacity, over, over_at):
 
 
 @njit(cache=True)
+def _begin(k, src, clock, count, heap_t, heap_s, heap_x, flow_of, f_latency, free_eng,
+           n_free_eng, t_start, t_engine):
+    """Fair links: transfer ``k`` takes a copy engine of ``src`` and waits out its route's
+    latency."""
+    n_free_eng[src] -= 1
+    t_engine[k] = free_eng[src, n_free_eng[src]]
+    t_start[k] = clock[0]
+    _push(heap_t, heap_s, heap_x, count, clock[0] + f_latency[flow_of[k]], -1 - k)
+
+
+@njit(cache=True)
+def _free_engine(k, clock, count, heap_t, heap_s, heap_x, op_dev, producer, k_tensor,
+                 flow_of, f_latency, free_eng, n_free_eng, wait_next, wait_ends, t_start,
+                 t_end, t_engine):
+    """Fair links: transfer ``k`` has arrived; its engine goes to the first transfer waiting
+    at its source."""
+    now = clock[0]
+    t_end[k] = now
+    if now > clock[1]:
+        clock[1] = now
+    src = op_dev[producer[k_tensor[k]]]
+    free_eng[src, n_free_eng[src]] = t_engine[k]
+    n_free_eng[src] += 1
+    first = wait_ends[src, 0]
+    if first >= 0:
+        wait_ends[src, 0] = wait_next[first]
+        if wait_ends[src, 0] < 0:
+            wait_ends[src, 1] = -1
+        _begin(first, src, clock, count, heap_t, heap_s, heap_x, flow_of, f_latency,
+               free_eng, n_free_eng, t_start, t_engine)
+
+
+@njit(cache=True)
+def _book_tick(clock, count, heap_t, heap_s, heap_x, booked, fair_count, tick):
+    """Fair links: a tick at the earliest foreseen end unless one is booked by then."""
+    soonest = clock[2]
+    if soonest < np.inf and (fair_count[0] == 0 or soonest < booked[0]):
+        i = fair_count[0]
+        fair_count[0] = i + 1
+        while i > 0 and booked[(i - 1) // 2] > soonest:
+            booked[i] = booked[(i - 1) // 2]
+            i = (i - 1) // 2
+        booked[i] = soonest
+        _push(heap_t, heap_s, heap_x, count, clock[0] + (soonest - clock[0]), tick)
+
+
+@njit(cache=True)
+def _pop_booked(booked, fair_count):
+    """Fair links: the earliest booked tick is firing."""
+    size = fair_count[0] - 1
+    fair_count[0] = size
+    last = booked[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and booked[child + 1] < booked[child]:
+            child += 1
+        if last <= booked[child]:
+            break
+        booked[i] = booked[child]
+        i = child
+    if size > 0:
+        booked[i] = last
+
+
+@njit(cache=True)
 def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_off, producer,
              tensor_bytes, alloc, workspace, route, route_off, capacity, op_dev, op_time,
              order, order_off, edge_k, k_tensor, k_dst, k_duration, k_route, key_bytes,
-             contention,
+             contention, fair, f_floats, f_ints, flow_of, number_of, f_latency, f_volume,
+             free_eng, n_free_eng, wait_next, wait_ends, booked, todo, fair_count,
              clock, count, heap_t,
              heap_s, heap_x, nxt, free, n_free, copy_free, link_free, used, peak, pending,
              refs, start, stream, t_start, t_end, t_engine, over, over_at, log, mark, events,
@@ -296,11 +408,23 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
         for d in range(n_dev):
             _log(log, count, 0.0, d, used[d])
     first = n_dev if starting else 0  # devices to start before the first event
+    tick = -1 - len(k_tensor)  # the fair model's tick: a subject no transfer has
     ran = 0
     while True:
+        d = -1
+        arrived = -1  # a transfer whose copy is now on its destination
         if first > 0:
             d = n_dev - first
             first -= 1
+        elif fair_count[1] < fair_count[2]:  # the flows the last tick ended, in order
+            arrived = todo[fair_count[1]]
+            fair_count[1] += 1
+            _free_engine(arrived, clock, count, heap_t, heap_s, heap_x, op_dev, producer,
+                         k_tensor, flow_of, f_latency, free_eng, n_free_eng, wait_next,
+                         wait_ends, t_start, t_end, t_engine)
+        elif fair_count[3]:  # then the next tick
+            fair_count[3] = 0
+            _book_tick(clock, count, heap_t, heap_s, heap_x, booked, fair_count, tick)
         elif ran < events and count[1] > 0:
             now, x = _pop(heap_t, heap_s, heap_x, count)
             clock[0] = now
@@ -333,6 +457,22 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                     if mark[k]:
                         continue  # sent already, to an earlier reader there
                     mark[k] = 1
+                    if fair:  # hold its bytes on the destination, then wait for an engine
+                        u = used[dst] + tensor_bytes[edge_tensor[e]]
+                        used[dst] = u
+                        _log(log, count, now, dst, u)
+                        _grow(dst, u, -1, k, now, peak, capacity, over, over_at)
+                        if n_free_eng[d] > 0:
+                            _begin(k, d, clock, count, heap_t, heap_s, heap_x, flow_of,
+                                   f_latency, free_eng, n_free_eng, t_start, t_engine)
+                        else:  # first come first served: last in its source's queue
+                            if wait_ends[d, 1] >= 0:
+                                wait_next[wait_ends[d, 1]] = k
+                            else:
+                                wait_ends[d, 0] = k
+                            wait_ends[d, 1] = k
+                            wait_next[k] = -1
+                        continue
                     # transfer k's tensor is ready: book its copy engine and channels
                     # (fcfs) or nothing (none), hold its bytes on the destination
                     duration = k_duration[k]
@@ -366,20 +506,47 @@ def _advance(edge_src, edge_dst, edge_tensor, in_off, out_edges, out_off, own_of
                 for j in range(out_off[x], out_off[x + 1]):
                     if edge_k[out_edges[j]] >= 0:
                         mark[edge_k[out_edges[j]]] = 0
-            else:  # transfer k arrives
+            elif not fair:  # transfer -1 - x arrives
+                arrived = -1 - x
+            elif x == tick:  # flows may be due
+                _pop_booked(booked, fair_count)
+                if clock[2] <= now * (1 + 1e-9) + 1e-15:  # due within a rounding of now
+                    n, _, _, soonest = finish_flows(now, f_floats, f_ints)
+                    clock[2] = soonest
+                    ended = _views(f_floats, f_ints).done
+                    for i in range(n):
+                        todo[i] = number_of[ended[i]]
+                    fair_count[1], fair_count[2], fair_count[3] = 0, n, 1
+                else:
+                    _book_tick(clock, count, heap_t, heap_s, heap_x, booked, fair_count, tick)
+            else:  # transfer -1 - x's latency is over: its bytes flow
                 k = -1 - x
-                t, d = k_tensor[k], k_dst[k]
-                src = op_dev[producer[t]]
-                refs[t] -= 1
-                if refs[t] == 0:
-                    used[src] -= key_bytes[t]
-                    _log(log, count, now, src, used[src])
-                made = producer[t]
-                for j in range(out_off[made], out_off[made + 1]):
-                    if edge_k[out_edges[j]] == k:
-                        pending[edge_dst[out_edges[j]]] -= 1
+                f = flow_of[k]
+                if f_volume[f] <= 0.0:
+                    arrived = k
+                    _free_engine(k, clock, count, heap_t, heap_s, heap_x, op_dev, producer,
+                                 k_tensor, flow_of, f_latency, free_eng, n_free_eng,
+                                 wait_next, wait_ends, t_start, t_end, t_engine)
+                else:
+                    _, soonest = start_flow(f, f_volume[f], now, f_floats, f_ints)
+                    clock[2] = soonest
+                    _book_tick(clock, count, heap_t, heap_s, heap_x, booked, fair_count, tick)
         else:
             break
+        if arrived >= 0:  # free its source copy, wake its readers
+            now = clock[0]
+            t, d = k_tensor[arrived], k_dst[arrived]
+            src = op_dev[producer[t]]
+            refs[t] -= 1
+            if refs[t] == 0:
+                used[src] -= key_bytes[t]
+                _log(log, count, now, src, used[src])
+            made = producer[t]
+            for j in range(out_off[made], out_off[made + 1]):
+                if edge_k[out_edges[j]] == arrived:
+                    pending[edge_dst[out_edges[j]]] -= 1
+        if d < 0:
+            continue
         # start device d's next ops in plan order while a stream is free and the next
         # op's inputs are there
         now = clock[0]

@@ -39,7 +39,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -49,7 +49,7 @@ from policies.collectives import lower
 from policies.plans import Plan
 from sim.events import EventQueue
 from sim.hosts import HostSharing, shared_hosts
-from sim.links import FirstComeFirstServed, NoContention, bind
+from sim.links import FairSharing, FirstComeFirstServed, NoContention, bind
 from sim.memory import MemoryAccounts
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from sim.result import SimResult, TraceColumns
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from sim.links import LinkModel
 
 #: The link models the compiled loop runs (:class:`CompiledRun`).
-_COMPILED_LINKS = (FirstComeFirstServed, NoContention)
+_COMPILED_LINKS = (FirstComeFirstServed, NoContention, FairSharing)
 
 __all__ = ["ORDERS", "CompiledRun", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation",
            "evaluator", "simulate"]
@@ -399,7 +399,7 @@ class CompiledRun(Simulation):
     """
 
     def __init__(self, plan: Plan, cluster: Cluster, cost: CostModel, *,
-                 contention: bool) -> None:
+                 contention: bool, fair: FairSharing | None = None) -> None:
         from sim.slots import Slots  # numba: paid by the first run that needs it
 
         self.env = EventQueue()
@@ -427,14 +427,31 @@ class CompiledRun(Simulation):
         self.capacity, self.used, self.resident = (self.memory.capacity, self.memory.used,
                                                    self.memory.resident)
         self.peak, self.timeline = self.memory.peak, self.memory.timeline
+        self.fair = None if fair is None else self._fair(fair)
+
+    def _fair(self, part: FairSharing) -> Any:
+        """The fair model's flows, latencies and volumes as the Python loop's part lays
+        them out for this plan (its flows in ``plan.transfers`` order, so ties end alike)."""
+        from sim.compiled import FairInputs
+
+        self.t_duration = self.inputs.k_duration[self.number].tolist()
+        self.t_tie = None
+        self.copy_free = [[0.0] * self.cluster.device(d).copy_engines for d in self.devices]
+        part.attach(self)
+        flow_of = np.full(len(self.inputs.k_tensor), -1, np.int64)
+        flow_of[self.number] = np.arange(len(self.number))
+        return FairInputs(part.flows.floats, part.flows.ints, flow_of,
+                          self.number.astype(np.int64),
+                          np.asarray(part.f_latency, np.float64),
+                          np.asarray(part.f_volume, np.float64))
 
     def run(self) -> None:
         from sim import compiled
 
         g, p = self.slots.columns, self.inputs
         s = self.slots.state(p, record=True, overflowed=bool(self.memory.overflow))
-        compiled.begin(g, p, s, self.contention)
-        compiled.advance(g, p, s, self.contention, 2**62)
+        compiled.begin(g, p, s, self.contention, self.fair)
+        compiled.advance(g, p, s, self.contention, 2**62, self.fair)
         self.start, self.stream = s.start.tolist(), s.stream.tolist()
         self.next = (s.nxt - p.order_off[:-1]).tolist()
         self.t_start = s.t_start[self.number].tolist()
@@ -485,8 +502,9 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     issue, link_model = ORDER_REGISTRY.make(order), LINK_REGISTRY.make(links)
     with gc_paused():
         if hosts is None and type(issue) is PlanOrder and type(link_model) in _COMPILED_LINKS:
-            run: Simulation = CompiledRun(plan, cluster, cost,
-                                          contention=type(link_model) is FirstComeFirstServed)
+            run: Simulation = CompiledRun(
+                plan, cluster, cost, contention=type(link_model) is FirstComeFirstServed,
+                fair=link_model if isinstance(link_model, FairSharing) else None)
         else:
             run = Simulation(wire(plan, cluster, cost), cluster, cluster.device_names, plan)
             run.compose(issue, link_model, None if hosts is None else (*hosts, None))

@@ -17,7 +17,7 @@ from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import Plan, order_by_priority, plan
 from sim import engine, simulate
 from sim.engine import CompiledRun, PlanOrder, Simulation
-from sim.links import FirstComeFirstServed, NoContention
+from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.wiring import wire
 from tests.helpers import FixedCost
 from tests.sim.test_flows import instances
@@ -36,10 +36,11 @@ def with_memory(cluster: Cluster, memory_bytes: int) -> Cluster:
 
 def both(p: Plan, cluster: Cluster, cost: Any, links: str) -> tuple[Simulation, Simulation]:
     """The Python loop's run and the compiled loop's, of one plan."""
-    model = FirstComeFirstServed if links == "fcfs" else NoContention
+    model = {"fcfs": FirstComeFirstServed, "none": NoContention, "fair": FairSharing}[links]
     slow = Simulation(wire(p, cluster, cost), cluster, cluster.device_names, p)
     slow.compose(PlanOrder, model)
-    fast = CompiledRun(p, cluster, cost, contention=links == "fcfs")
+    fast = CompiledRun(p, cluster, cost, contention=links == "fcfs",
+                       fair=FairSharing() if links == "fair" else None)
     slow.run()
     fast.run()
     return slow, fast
@@ -56,7 +57,7 @@ def assert_same(slow: Simulation, fast: Simulation) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(instances(), st.sampled_from(["fcfs", "none"]),
+@given(instances(), st.sampled_from(["fcfs", "none", "fair"]),
        st.sampled_from([2**40, 3_000_000, 1_500_000]))
 def test_the_compiled_loop_equals_the_python_loop_to_the_bit(instance, links: str,  # type: ignore[no-untyped-def]
                                                             memory: int) -> None:
@@ -66,7 +67,7 @@ def test_the_compiled_loop_equals_the_python_loop_to_the_bit(instance, links: st
 
 
 @settings(max_examples=60, deadline=None)
-@given(instances(), st.sampled_from(["fcfs", "none"]), st.integers(0, 2**32 - 1))
+@given(instances(), st.sampled_from(["fcfs", "none", "fair"]), st.integers(0, 2**32 - 1))
 def test_ops_listed_out_of_order_with_workspace_alike_in_both_loops(  # type: ignore[no-untyped-def]
         instance, links: str, seed: int) -> None:
     """A graph whose ops are not listed in topological order (its arrays then list them
@@ -81,7 +82,7 @@ def test_ops_listed_out_of_order_with_workspace_alike_in_both_loops(  # type: ig
     assert_same(*both(q, cluster, cost, links))
 
 
-@pytest.mark.parametrize("links", ["fcfs", "none"])
+@pytest.mark.parametrize("links", ["fcfs", "none", "fair"])
 @pytest.mark.parametrize("memory_gib", [32, 0.5, 0.01])
 def test_a_training_step_alike_in_both_loops(links: str, memory_gib: float) -> None:
     """Parameters, workspace and optimizer state, on a machine roomy, tight and too small
@@ -97,8 +98,8 @@ def test_a_training_step_alike_in_both_loops(links: str, memory_gib: float) -> N
 
 def test_simulate_runs_the_compiled_loop_where_it_applies(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    """Plan order with fcfs or none links on unshared hosts: compiled; priority order, fair
-    links or shared hosts: the Python loop."""
+    """Plan order with fcfs, none or fair links on unshared hosts: compiled; priority order
+    or shared hosts: the Python loop."""
     compiled: list[bool] = []
     run = engine.Simulation.run
     monkeypatch.setattr(engine.Simulation, "run", lambda self: (compiled.append(False),
@@ -112,7 +113,7 @@ def test_simulate_runs_the_compiled_loop_where_it_applies(monkeypatch: pytest.Mo
     for order, links in (("plan", "fcfs"), ("plan", "none"), ("priority", "fcfs"),
                          ("plan", "fair")):
         simulate(p, cluster, cost, order=order, links=links)
-    assert compiled == [True, True, False, False]
+    assert compiled == [True, True, False, True]
     compiled.clear()
     shared = Cluster("shared", tuple(Device(n, "cpu", {"fp32": 1e9}, 2**30, 1e9)
                                      for n in ("a", "b")), (Link("a", "b", 1e9, 1e-6),),
