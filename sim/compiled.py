@@ -1,15 +1,18 @@
-"""The event loop of the commonest run, compiled: plan order, ``fcfs`` or ``none`` links,
-one job, no shared hosts.
+"""The simulator's event loop, compiled, for plan order with the built-in link models
+(``fcfs``, ``none``, ``fair``), one job, no shared hosts.
 
 :class:`sim.engine.Simulation` runs any composition of parts with a Python callback per
-event; for the composition nearly every run uses (the defaults of :func:`sim.simulate` and
-of a search's evaluator) this module runs the same events in compiled code (numba). It is
-the same model operation for operation, so every time, engine, peak and memory record equals
-the Python loop's to the bit: events are due at ``now + delay`` and those due at the same
-time run in the order they were scheduled (the heap's key is time and sequence number, as
-:class:`sim.events.EventQueue`'s); streams are taken from the end of a device's free list; a
-transfer takes its source's first copy engine that frees soonest; an op sends its transfers
-in the order :attr:`policies.plans.Plan.transfers` lists them.
+event; for the compositions nearly every run uses (the defaults of :func:`sim.simulate` and
+of a search's evaluator, and fair links) this module runs the same events in compiled code
+(numba). It is the same model operation for operation, so every time, engine, peak and
+memory record equals the Python loop's to the bit: events are due at ``now + delay`` and
+those due at the same time run in the order they were scheduled (the heap's key is time and
+sequence number, as :class:`sim.events.EventQueue`'s); streams are taken from the end of a
+device's free list; a transfer takes its source's first copy engine that frees soonest
+(``fcfs``) or waits in its source's queue for an engine, then for its route's latency,
+while its flow's rate comes from the fair model's own compiled filling (:mod:`sim.flows`,
+ticks booked as :class:`sim.links.FairSharing` books them); an op sends its transfers in
+the order :attr:`policies.plans.Plan.transfers` lists them.
 ``tests/sim/test_compiled.py`` checks every column against the Python loop on random plans.
 
 The loop reads what a graph fixes (:class:`GraphColumns`: its edges, tensors, routes) and,

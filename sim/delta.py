@@ -6,41 +6,40 @@ keeps, for the last few plans it simulated, snapshots of the run's state taken e
 events. For a new plan it finds, against each kept plan, the earliest time the difference can
 change anything (:func:`divergence`), restores the latest snapshot taken before that time
 onto the new plan's run, and simulates from there. Every makespan equals a full
-simulation's to the bit (``tests/sim/test_delta.py`` checks random moves under every link
-model, and near the memory limit the peaks and what each run holds at its end).
+simulation's to the bit (``tests/sim/test_delta.py`` checks random moves, returns to earlier
+plans and, near the memory limit, the peaks and what each run holds at its end).
 
-Where the run is compiled (plan order, ``fcfs`` or ``none`` links, no shared hosts:
-:mod:`sim.compiled`) a plan is laid out from its arrays by :class:`sim.slots.Slots`, which
-numbers each (tensor, destination) transfer once for every plan and re-derives only the
-edges a move changed, and a snapshot is a copy of the run's state arrays. A snapshot also
-keeps what its plan started with (held references, resident parameters): a restored run's
-value is the snapshot's less that plus what the new plan starts with. The kept run that a
-restore uses moves to the back of the kept, so the chain's current plan stays. Elsewhere
-(``fair`` links) the Python loop's state is snapshotted the same way, transfers numbered by
-(tensor, destination) as well.
+The runs are the compiled loop's (:mod:`sim.compiled`), whose whole state is arrays: a
+plan is laid out from its own arrays by :class:`sim.slots.Slots`, which numbers each
+(tensor, destination) transfer once for every plan and re-derives only the edges a move
+changed, and a snapshot is a copy of the state arrays. A snapshot also keeps what its plan
+started with (held references, resident parameters): a restored run's value is the
+snapshot's less that plus what the new plan starts with. The kept run that a restore uses
+moves to the back of the kept, so the chain's current plan stays.
 
-Runs that this does not cover are simulated in full, with the same result: the ``priority``
-issue order, clusters whose devices share a host, plans with collectives, and link models
-other than ``fcfs``, ``fair`` and ``none``.
+Runs that this does not cover are simulated in full, with the same result: ``fair`` links
+(whose flow table is laid out per plan; a full simulation of them runs compiled, and took
+less than half what restoring the Python loop's state did), the ``priority`` issue order,
+clusters whose devices share a host, plans with collectives, and link models other than the
+built-in ones.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from sim.engine import PlanOrder, Simulation, evaluator, simulate
+from sim.engine import evaluator, simulate
 from sim.hosts import shared_hosts
-from sim.links import FairSharing, FirstComeFirstServed, NoContention
+from sim.links import FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
-from sim.wiring import Wiring, wire
 from workloads.arrays import GraphArrays
 from workloads.collect import gc_paused
 from workloads.errors import PlacementError
@@ -50,19 +49,11 @@ if TYPE_CHECKING:
     from sim.compiled import PlanInputs, State
     from sim.slots import Slots
 
-__all__ = ["DELTA_FROM", "DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
+__all__ = ["DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
 
-#: The link models whose state a snapshot knows how to carry.
-_LINKS = (FirstComeFirstServed, FairSharing, NoContention)
-#: Those of them the compiled loop runs.
-_COMPILED_LINKS = (FirstComeFirstServed, NoContention)
-#: Graphs of at least this many ops are searched with delta simulation where its runs are
-#: not compiled (``fair`` links): it saves 1.09x at 1k ops and 1.31x at 10k, and is slower
-#: at 694 (``benchmarks/delta_bound.py``, RESULTS.md). Where they are compiled
-#: it is faster than the full simulation at every size measured (100 ops and up) and
-#: searches every graph (below about 10k ops, running each plan from the start on its
-#: arrays without snapshots would be faster still: 0.59 against 0.78 ms at 1k ops).
-DELTA_FROM = 1000
+#: The link models whose runs resume from a snapshot: those whose state is the compiled
+#: loop's arrays alone (``fair``'s flow table is laid out per plan).
+_LINKS = (FirstComeFirstServed, NoContention)
 #: Clusters of more devices than this look for the devices whose order a move changed
 #: before comparing orders (comparing every order is the cheaper on the benchmark's four
 #: devices and far the dearer on 1,024; 32, between them, is not measured).
@@ -75,27 +66,22 @@ RENUMBER_SLACK = 1024
 def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
                      order: str = "plan") -> Callable[[Plan], float]:
     """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator`
-    where its runs are compiled (plan order, ``fcfs`` or ``none`` links, no shared hosts)
-    or the graph has :data:`DELTA_FROM` ops or more, else the full simulation
-    (:func:`sim.evaluator`); either scores every plan alike, to the bit.
+    where its runs resume from snapshots (plan order, ``fcfs`` or ``none`` links, no shared
+    hosts; faster than the full simulation at every size measured, 694 ops and up,
+    ``benchmarks/delta_bound.py``), else the full simulation (:func:`sim.evaluator`);
+    either scores every plan alike, to the bit.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
-    >>> from workloads.synthetic import layered_dag
     >>> c = get_cluster("quad-v100-nvlink")
     >>> cost = RooflineCost(c)
     >>> type(search_evaluator(build_model("mlp"), c, cost)).__name__
     'DeltaEvaluator'
     >>> search_evaluator(build_model("mlp"), c, cost, links="fair").__name__
     'evaluate'
-    >>> type(search_evaluator(layered_dag(1000, width=50, seed=0), c, cost,
-    ...                       links="fair")).__name__
-    'DeltaEvaluator'
     """
     delta = DeltaEvaluator(cluster, cost, links=links, order=order)
-    if delta.compiled or len(graph) >= DELTA_FROM:
-        return delta
-    return evaluator(cluster, cost, links=links, order=order)
+    return delta if delta.delta else evaluator(cluster, cost, links=links, order=order)
 
 
 def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> float:
@@ -177,35 +163,6 @@ def _ready(a: GraphArrays, op: int, end: np.ndarray) -> float:
     return float(end[producers].max()) if len(producers) else 0.0
 
 
-@dataclass(frozen=True)
-class _Snapshot:
-    """A run's state after ``events`` events, the last at ``now``; ``refs0`` and
-    ``resident0`` are what its plan started with."""
-
-    events: int
-    now: float
-    heap: list[tuple[float, int, str, str, Any]]
-    following: int
-    lists: dict[str, list[Any]]
-    refs: list[int]
-    nested: dict[str, list[list[Any]]]
-    used: list[int]
-    peak: list[int]
-    links: Any
-    refs0: np.ndarray
-    resident0: np.ndarray
-
-
-@dataclass
-class _Kept:
-    """A plan simulated, with its op times and snapshots."""
-
-    plan: Plan
-    start: np.ndarray
-    end: np.ndarray
-    snapshots: list[_Snapshot]
-
-
 @dataclass(eq=False)
 class _Resumable:
     """A compiled run's state after ``events`` events, the last at ``now``: what resuming
@@ -244,9 +201,9 @@ class DeltaEvaluator:
     its difference from a plan simulated before can change (see the module).
 
     ``snapshots`` is how many a full run takes (spread evenly over its events; by default
-    8 where the run is compiled, 16 where it is not: a compiled run's events cost so
-    little that more snapshots cost more to take than they save, 1.82 ms per evaluation at
-    8 against 1.92 at 16 and 2.00 at 4 on a 5k-op tuning graph apart from the benchmark's);
+    8: a compiled run's events cost so little that more snapshots cost more to take than
+    they save, 1.82 ms per evaluation at 8 against 1.92 at 16 and 2.00 at 4 on a 5k-op
+    tuning graph apart from the benchmark's);
     ``keep`` how many plans' snapshots are kept. ``stats`` counts the events simulated and
     those a restore saved.
 
@@ -256,11 +213,10 @@ class DeltaEvaluator:
     >>> from workloads import build_model
     >>> c = get_cluster("quad-v100-nvlink")
     >>> cost = RooflineCost(c)
-    >>> evaluate = DeltaEvaluator(c, cost, links="fair")
-    >>> p = plan(build_model("resnet50", batch=8), c, "heft")
+    >>> evaluate = DeltaEvaluator(c, cost)
     >>> q = plan(build_model("resnet50", batch=8), c, "mcmc:evals=30", cost,
     ...          evaluate=evaluate)
-    >>> q.info["score_s"] == simulate(q, c, cost, links="fair").makespan_s
+    >>> q.info["score_s"] == simulate(q, c, cost).makespan_s
     True
     >>> evaluate.stats["events_saved"] > 0
     True
@@ -279,20 +235,15 @@ class DeltaEvaluator:
         self.keep = keep
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
+        # runs whose state is the compiled loop's arrays alone resume from snapshots
         self.delta = (order == "plan" and type(self.part) in _LINKS
                       and shared_hosts(cluster) is None)
-        # the compiled loop's links: their runs resume from compiled snapshots
-        self.compiled = self.delta and type(self.part) in _COMPILED_LINKS
-        self.n_snapshots = snapshots or (8 if self.compiled else 16)
+        self.n_snapshots = snapshots or 8
         self.renumber_slack = RENUMBER_SLACK
         self.contention = type(self.part) is FirstComeFirstServed
         self.names = frozenset(self.devices)
         self.slots: Slots | None = None
         self.kept_columns: list[_KeptColumns] = []
-        # every (tensor, device) transfer seen, sorted, and its slot
-        self.known = np.zeros(0, np.int64)
-        self.known_slot = np.zeros(0, np.int64)
-        self.kept: list[_Kept] = []
         self.graph: Any = None
         self.stats = {"evaluations": 0, "restored": 0, "events_run": 0, "events_saved": 0}
         #: The memory of the last plan it simulated, per device: its peak and what it still
@@ -309,11 +260,9 @@ class DeltaEvaluator:
                 not self.names.issuperset(plan.order):
             plan.validate(self.cluster)  # says what is wrong (every op is in an order)
         if plan.graph is not self.graph:  # another graph: nothing kept applies
-            self.graph, self.kept, self.kept_columns = plan.graph, [], []
-            self.known, self.known_slot = np.zeros(0, np.int64), np.zeros(0, np.int64)
-            self.slots = None
+            self.graph, self.kept_columns, self.slots = plan.graph, [], None
         with gc_paused():
-            return self._evaluate_compiled(plan) if self.compiled else self._evaluate(plan)
+            return self._evaluate_compiled(plan)
 
     # -- one evaluation, compiled -------------------------------------------------------------
 
@@ -388,145 +337,16 @@ class DeltaEvaluator:
 
     # -- one evaluation ---------------------------------------------------------------------
 
-    def _evaluate(self, plan: Plan) -> float:
-        w, tie = self._wiring(plan)
-        base = self._latest_before(plan)
-        run = Simulation(w, self.cluster, self.devices, plan)
-        run.t_tie = tie
-        run.compose(PlanOrder, self.part.clone())
-        snapshots: list[_Snapshot] = []
-        if base is None:
-            run.begin()
-            done = 0
-        else:
-            snapshots = base[0].snapshots[:base[1] + 1]
-            snapshot = snapshots[-1]
-            self.stats["restored"] += 1
-            if not self._restore(run, w, snapshot):
-                return math.inf  # over memory already (its parameters moved)
-            done = snapshot.events
-            self.stats["events_saved"] += done
-        expected = (self.kept[-1].snapshots[-1].events if self.kept and
-                    self.kept[-1].snapshots else 2 * (len(w.names) + len(plan.transfers)))
-        every = max(1, expected // self.n_snapshots)
-        ran = self._run(run, w, every, done, snapshots)
-        self.stats["events_run"] += ran - done
-        return self._result(run, plan, snapshots)
-
-    def _run(self, run: Simulation, w: Wiring, every: int, done: int,
-             snapshots: list[_Snapshot]) -> int:
-        """Run to the end, snapshotting every ``every`` events; the events run in all."""
-        env = run.env
-        while True:
-            done += env.run_some(every)
-            if not len(env):
-                return done
-            snapshots.append(self._snapshot(run, w, done))
-
     def _remember(self, peak: list[int], used: list[int]) -> None:
         self.last_memory = {"peak_bytes": dict(zip(self.devices, peak, strict=True)),
                             "held_at_end_bytes": dict(zip(self.devices, used, strict=True))}
 
-    def _result(self, run: Simulation, plan: Plan, snapshots: list[_Snapshot]) -> float:
-        start = np.asarray(run.start, dtype=float)
-        end = start + np.asarray(run.op_time, dtype=float)
-        self.kept = [*self.kept, _Kept(plan, start, end, snapshots)][-self.keep:]
-        self._remember(run.peak, run.used)
-        if sum(run.next) < len(run.names) or any(
-                p > c for p, c in zip(run.peak, run.capacity, strict=True)):
-            return math.inf
-        return max(float(end.max()) if len(end) else 0.0, max(run.t_end, default=0.0))
 
-    def _latest_before(self, plan: Plan) -> tuple[_Kept, int] | None:
-        """The kept plan and snapshot that let the most of ``plan``'s run be skipped."""
-        return _latest(self.kept, lambda kept: divergence(kept.plan, plan, kept.start,
-                                                          kept.end))
-
-    # -- wiring with stable transfer numbers ------------------------------------------------
-
-    def _wiring(self, plan: Plan) -> tuple[Wiring, np.ndarray]:
-        """``plan``'s wiring with each transfer numbered by its (tensor, destination) slot,
-        and each slot's place in the plan's order of transfers (ties end in that order)."""
-        w = wire(plan, self.cluster, self.cost)
-        key = w.t_key * len(self.devices) + w.t_dst  # one transfer per (tensor, device)
-        found = np.searchsorted(self.known, key)
-        seen = found < len(self.known)
-        seen[seen] = self.known[found[seen]] == key[seen]
-        new = ~seen
-        if new.any():  # slots for transfers no plan had: numbered after every other
-            fresh = np.unique(key[new])
-            self.known_slot = np.concatenate((self.known_slot,
-                                              np.arange(len(fresh)) + len(self.known)))
-            self.known = np.concatenate((self.known, fresh))
-            order = np.argsort(self.known, kind="stable")
-            self.known, self.known_slot = self.known[order], self.known_slot[order]
-            found = np.searchsorted(self.known, key)
-        slot = self.known_slot[found]
-        return _restack(w, slot, len(self.known))
-
-    # -- snapshots --------------------------------------------------------------------------
-
-    _LISTS = ("next", "start", "stream", "pending", "t_start", "t_end", "t_engine")
-
-    def _snapshot(self, run: Simulation, w: Wiring, events: int) -> _Snapshot:
-        heap, following = run.env.pending()
-        links = run.links
-        owners = {id(run): "run", id(links): "links"}
-        return _Snapshot(
-            events=events, now=run.env.now,
-            heap=[(t, s, owners[id(cb.__self__)], cb.__func__.__name__, v)  # type: ignore[attr-defined]
-                  for t, s, cb, v in heap],
-            following=following,
-            lists={name: list(getattr(run, name)) for name in self._LISTS},
-            refs=list(run.refs),
-            nested={name: [list(x) for x in getattr(run, name)]
-                    for name in ("free_streams", "copy_free")},
-            used=list(run.used), peak=list(run.peak), links=_link_state(links),
-            refs0=w.refs, resident0=w.resident)
-
-    def _restore(self, run: Simulation, w: Wiring, s: _Snapshot) -> bool:
-        """Put ``s`` onto ``run`` (built for another plan); False if that plan is over
-        memory before the snapshot's time."""
-        owners = {"run": run, "links": run.links}
-        run.env.resume(s.now, [(t, q, getattr(owners[o], name), v)
-                               for t, q, o, name, v in s.heap], s.following)
-        for name, values in s.lists.items():
-            mine = getattr(run, name)
-            mine[:len(values)] = values
-        refs = w.refs.astype(np.int64)  # this plan's start, less what the run took
-        refs[:len(s.refs)] += np.asarray(s.refs, dtype=np.int64) - s.refs0
-        run.refs[:] = refs.tolist()
-        for name, values in s.nested.items():
-            for mine, theirs in zip(getattr(run, name), values, strict=True):
-                mine[:] = theirs
-        moved = (w.resident - s.resident0).tolist()
-        run.used[:] = [u + d for u, d in zip(s.used, moved, strict=True)]
-        run.peak[:] = [p + d for p, d in zip(s.peak, moved, strict=True)]
-        run.timeline.clear()  # a search needs no memory series
-        _restore_links(run.links, s.links)
-        return all(p <= c for p, c in zip(run.peak, run.capacity, strict=True))
-
-
-class _Point(Protocol):
-    @property
-    def events(self) -> int: ...
-    @property
-    def now(self) -> float: ...
-
-
-class _Snapshotted(Protocol):
-    @property
-    def snapshots(self) -> Sequence[_Point]: ...
-
-
-_Run = TypeVar("_Run", bound=_Snapshotted)
-
-
-def _latest(kept: Sequence[_Run], divergence_of: Callable[[_Run], float]
-            ) -> tuple[_Run, int] | None:
+def _latest(kept: Sequence[_KeptColumns], divergence_of: Callable[[_KeptColumns], float]
+            ) -> tuple[_KeptColumns, int] | None:
     """Of the ``kept`` runs, the one and its snapshot that skip the most events: for each,
     its last snapshot taken before the time its plan and the new one diverge."""
-    best: tuple[_Run, int] | None = None
+    best: tuple[_KeptColumns, int] | None = None
     for run in kept:
         when = divergence_of(run)
         at = -1
@@ -572,79 +392,3 @@ def _resume(run: State, kept: _KeptColumns, base: _KeptColumns) -> None:
     run.used += moved
     run.peak += moved
     run.start[:] = base.start  # the ops to start yet are given their times as they start
-
-
-def _restack(w: Wiring, slot: np.ndarray, size: int) -> tuple[Wiring, np.ndarray]:
-    """``w`` with transfer ``k`` renumbered ``slot[k]`` among ``size`` (the others empty:
-    no route, no readers, never started), and each slot's place in ``w``'s order."""
-    n_tensors = len(w.key_bytes) - len(w.t_src)
-
-    def scatter(column: np.ndarray) -> np.ndarray:
-        out = np.zeros(size, dtype=column.dtype)
-        out[slot] = column
-        return out
-
-    lengths = np.zeros(size, np.int64)
-    lengths[slot] = np.diff(w.t_readers_off)
-    offsets = np.concatenate(([0], np.cumsum(lengths)))
-    by_slot = np.argsort(slot, kind="stable")
-    counts = np.diff(w.t_readers_off)[by_slot]
-    starts = w.t_readers_off[:-1][by_slot]
-    total = int(counts.sum())
-    take = (np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts)
-            + np.repeat(starts, counts))
-    read_ids = w.read_ids.copy()
-    far = read_ids >= n_tensors
-    read_ids[far] = n_tensors + slot[read_ids[far] - n_tensors]
-    refs = np.zeros(n_tensors + size, np.int64)
-    refs[:n_tensors] = w.refs[:n_tensors]
-    refs[n_tensors + slot] = w.refs[n_tensors:]
-    key_bytes = np.zeros(n_tensors + size, w.key_bytes.dtype)
-    key_bytes[:n_tensors] = w.key_bytes[:n_tensors]
-    key_bytes[n_tensors + slot] = w.key_bytes[n_tensors:]
-    channels: list[tuple[str, ...]] = [()] * size
-    names = [""] * size
-    for k, s in enumerate(slot.tolist()):
-        channels[s], names[s] = w.t_channels[k], w.transfer_names[k]
-    tie = np.full(size, len(slot), np.int64)
-    tie[slot] = np.arange(len(slot))
-    return replace(
-        w, read_ids=read_ids, refs=refs, key_bytes=key_bytes, send=slot[w.send],
-        t_src=scatter(w.t_src), t_dst=scatter(w.t_dst), t_bytes=scatter(w.t_bytes),
-        t_key=scatter(w.t_key), t_duration=scatter(w.t_duration), t_channels=tuple(channels),
-        t_readers=w.t_readers[take], t_readers_off=offsets,
-        transfer_names=tuple(names)), tie
-
-
-# -- the link models' own state ---------------------------------------------------------------
-
-def _link_state(links: Any) -> Any:
-    if isinstance(links, FirstComeFirstServed):
-        return dict(links.link_free)
-    if isinstance(links, FairSharing):
-        return (links.flows.active_state(), list(links.channels),
-                [list(e) for e in links.free_engines], [list(q) for q in links.waiting],
-                list(links.booked), links.soonest)
-    return None
-
-
-def _restore_links(links: Any, state: Any) -> None:
-    if isinstance(links, FirstComeFirstServed):
-        links.link_free = dict(state)
-    elif isinstance(links, FairSharing):
-        flows, channels, engines, waiting, booked, soonest = state
-        # a flow active at the snapshot is a transfer both plans make, on the same route
-        index = {name: i for i, name in enumerate(links.channels)}
-        here = np.array([index.get(c, -1) for c in channels], dtype=np.int64)
-        if any(here[c] < 0 for c in flows.members):
-            raise AssertionError("delta simulation: a snapshot's flow crosses a channel the "
-                                 "restored run lacks")
-        links.flows.restore(flows, here)
-        for mine, theirs in zip(links.free_engines, engines, strict=True):
-            mine[:] = theirs
-        for queue, theirs in zip(links.waiting, waiting, strict=True):
-            queue.clear()
-            queue.extend(theirs)
-        links.booked[:] = booked
-        links.soonest = soonest
-

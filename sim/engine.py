@@ -5,7 +5,7 @@ per transfer; there is no generator process per op. A run is one :class:`Simulat
 composed of parts chosen per run: an issue order, a link model (:mod:`sim.links`) and, on
 shared hosts, :class:`sim.hosts.HostSharing`. State lives in flat per-op arrays so that
 the hot path is a few list operations per event. The composition nearly every run uses
-(plan order, ``fcfs`` or ``none`` links, no shared hosts) runs instead as a
+(plan order, ``fcfs``, ``none`` or ``fair`` links, no shared hosts) runs instead as a
 :class:`CompiledRun`: the same model in compiled code (:mod:`sim.compiled`), equal to the
 bit.
 
@@ -378,11 +378,11 @@ class Simulation:
 
 
 class CompiledRun(Simulation):
-    """A :class:`Simulation` of plan order and ``fcfs`` or ``none`` links on devices that
-    share no host, its events run by compiled code (:mod:`sim.compiled`) on the plan's
-    arrays (:class:`sim.slots.Slots`, no :class:`Wiring`): the same model, the same result
-    to the bit, without a Python call per event. :func:`simulate` runs every such
-    composition so.
+    """A :class:`Simulation` of plan order and ``fcfs``, ``none`` or ``fair`` links (``fair``:
+    the part to run, given) on devices that share no host, its events run by compiled code
+    (:mod:`sim.compiled`) on the plan's arrays (:class:`sim.slots.Slots`, no
+    :class:`Wiring`): the same model, the same result to the bit, without a Python call per
+    event. :func:`simulate` runs every such composition so.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan

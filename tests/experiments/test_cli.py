@@ -460,9 +460,9 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
 
 
-def test_a_search_on_a_large_graph_is_scored_by_delta_simulation_alike(capsys,
-                                                                       monkeypatch) -> None:
-    # the same search, scored by full simulations, then by delta simulation from 10 ops on
+def test_a_search_is_scored_by_delta_simulation_alike(capsys, monkeypatch) -> None:
+    # the same search, scored by full simulations, then by delta simulation (the default)
+    import sim
     import sim.delta
 
     made = []
@@ -473,14 +473,16 @@ def test_a_search_on_a_large_graph_is_scored_by_delta_simulation_alike(capsys,
             made.append(self)
 
     argv = ["simulate", "--model", "mlp", "--batch", "16", "--train", "--cluster",
-            "quad-v100-nvlink", "--links", "fair", "--policy", "mcmc:evals=40,start=heft",
-            "--json"]
-    code, full, _ = run(capsys, *argv)
+            "quad-v100-nvlink", "--policy", "mcmc:evals=40,start=heft", "--json"]
+    with monkeypatch.context() as patched:
+        patched.setattr(sim.delta, "search_evaluator",
+                        lambda graph, cluster, cost, **kw: sim.evaluator(cluster, cost, **kw))
+        code, full, _ = run(capsys, *argv)
     assert code == 0 and not made
-    monkeypatch.setattr(sim.delta, "DELTA_FROM", 10)
     monkeypatch.setattr(sim.delta, "DeltaEvaluator", Counted)
     code, delta, _ = run(capsys, *argv)
     assert code == 0 and len(made) == 1 and made[0].stats["evaluations"] == 40
+    assert made[0].stats["restored"] > 0
     assert json.loads(delta)["search"] == json.loads(full)["search"]
     assert json.loads(delta)["makespan_s"] == json.loads(full)["makespan_s"]
 
