@@ -154,7 +154,8 @@ class State:
     fair_count: np.ndarray  #: ticks booked, ended transfers done, ended, tick to book
 
     def copy(self) -> State:
-        """An independent copy (a snapshot)."""
+        """An independent copy (a snapshot; under fair links not one to resume from: the
+        flow table, changed in place, is not part of the state)."""
         return State(**{f.name: getattr(self, f.name).copy() for f in fields(self)})
 
 

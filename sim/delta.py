@@ -234,7 +234,7 @@ class DeltaEvaluator:
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
         self.keep = keep
         self.devices = tuple(cluster.device_names)
-        self.part = LINK_REGISTRY.make(links)  # checked now; each run gets a clone
+        self.part = LINK_REGISTRY.make(links)  # checked now: its type says how plans run
         # runs whose state is the compiled loop's arrays alone resume from snapshots
         self.delta = (order == "plan" and type(self.part) in _LINKS
                       and shared_hosts(cluster) is None)
@@ -264,7 +264,7 @@ class DeltaEvaluator:
         with gc_paused():
             return self._evaluate_compiled(plan)
 
-    # -- one evaluation, compiled -------------------------------------------------------------
+    # -- one evaluation -----------------------------------------------------------------------
 
     def _evaluate_compiled(self, plan: Plan) -> float:
         from sim import compiled  # numba, as the compiled loop's runs do
@@ -334,8 +334,6 @@ class DeltaEvaluator:
         if best is not None:
             self.kept_columns = [k for k in self.kept_columns if k is not best[0]] + [best[0]]
         return best
-
-    # -- one evaluation ---------------------------------------------------------------------
 
     def _remember(self, peak: list[int], used: list[int]) -> None:
         self.last_memory = {"peak_bytes": dict(zip(self.devices, peak, strict=True)),

@@ -224,8 +224,6 @@ class Simulation:
         self.t_channels = w.t_channels
         m = len(self.t_src)
         self.t_start, self.t_end, self.t_engine = [0.0] * m, [0.0] * m, [0] * m
-        #: per transfer, its place among transfers ending at the same time (None: its index)
-        self.t_tie: np.ndarray | None = None
 
     def _init_memory(self, w: Wiring) -> None:
         """Compose the memory part; the hot path works on its lists directly."""
@@ -435,7 +433,6 @@ class CompiledRun(Simulation):
         from sim.compiled import FairInputs
 
         self.t_duration = self.inputs.k_duration[self.number].tolist()
-        self.t_tie = None
         self.copy_free = [[0.0] * self.cluster.device(d).copy_engines for d in self.devices]
         part.attach(self)
         flow_of = np.full(len(self.inputs.k_tensor), -1, np.int64)

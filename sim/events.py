@@ -53,35 +53,3 @@ class EventQueue:
     def __len__(self) -> int:
         """The events not yet run."""
         return len(self._heap)
-
-    def run_some(self, n: int) -> int:
-        """Run the next ``n`` events (fewer if fewer are left); how many ran.
-
-        >>> q = EventQueue()
-        >>> for t in (3.0, 1.0, 2.0):
-        ...     q.schedule(t, print, t)
-        >>> q.run_some(2), len(q)
-        1.0
-        2.0
-        (2, 1)
-        """
-        heap, pop = self._heap, heapq.heappop
-        for i in range(n):
-            if not heap:
-                return i
-            self.now, _, callback, value = pop(heap)
-            callback(value)
-        return n
-
-    def pending(self) -> tuple[list[tuple[float, int, Callable[[Any], None], Any]], int]:
-        """The events not yet run (in heap order) and the sequence number the next one
-        scheduled gets; :meth:`resume` takes them back."""
-        following = next(self._ids)
-        self._ids = count(following)
-        return list(self._heap), following
-
-    def resume(self, now: float, events: list[tuple[float, int, Callable[[Any], None], Any]],
-               following: int) -> None:
-        """Continue at ``now`` with ``events`` pending (a heap, as :meth:`pending` gave
-        it), the next scheduled getting sequence number ``following``."""
-        self.now, self._heap, self._ids = now, events, count(following)

@@ -20,12 +20,11 @@ The module imports numba, so :mod:`sim.links` imports it only when a run shares 
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import NamedTuple
 
 import numpy as np
 from numba import njit
 
-__all__ = ["FlowState", "FlowTable", "finish_flows", "max_min_rates", "start_flow"]
+__all__ = ["FlowTable", "finish_flows", "max_min_rates", "start_flow"]
 
 _INF = np.inf
 # The integer array begins with a header: n flows, c channels, hops per flow (widest),
@@ -41,17 +40,6 @@ _INTS = ("n_hops", "active", "where", "comp", "done", "in_comp", "rated", "tie",
          "offset", "count", "stack", "seen_list", "rank", "by_rank", "unrated", "seen",
          "touched", "touched_list", "heap_rank")
 _Views = namedtuple("_Views", _FLOATS + _INTS + ("header",))  # type: ignore[misc]
-
-
-class FlowState(NamedTuple):
-    """A table's flows between calls (:meth:`FlowTable.active_state`), by transfer."""
-
-    active: np.ndarray
-    remaining: np.ndarray
-    settled: np.ndarray
-    rate: np.ndarray
-    end: np.ndarray
-    members: dict[int, np.ndarray]  #: per channel with flows, its flows in start order
 _HEADER = _FIXED + len(_FLOATS) + 1 + len(_INTS) + 1
 
 
@@ -120,33 +108,6 @@ class FlowTable:
         """The named views of the table's arrays (the boundaries its header holds)."""
         k = len(_FLOATS) + 1
         return self._view(self.ints[_FIXED:_FIXED + k], self.ints[_FIXED + k:_HEADER])
-
-    def active_state(self) -> FlowState:
-        """What outlives a call (everything else is scratch, reset before each returns):
-        the active flows in their order with their bytes, rates and ends, and each channel's
-        flows in the order they started."""
-        v = self.views()
-        active = v["active"][:self.ints[4]].copy()
-        channels = np.flatnonzero(v["count"])
-        return FlowState(active, v["remaining"][active].copy(), v["settled"][active].copy(),
-                         v["rate"][active].copy(), v["end"][active].copy(),
-                         {int(c): v["members"][v["offset"][c]:v["offset"][c] + v["count"][c]]
-                          .copy() for c in channels})
-
-    def restore(self, state: FlowState, channel: np.ndarray) -> None:
-        """Take on ``state`` (another table's :meth:`active_state`, for flows that cross
-        the same channels here), its channel ``c`` being this table's ``channel[c]``."""
-        v = self.views()
-        active = state.active
-        self.ints[4] = len(active)
-        v["active"][:len(active)] = active
-        v["where"][active] = np.arange(len(active))
-        v["remaining"][active], v["settled"][active] = state.remaining, state.settled
-        v["rate"][active], v["end"][active] = state.rate, state.end
-        for c, members in state.members.items():
-            here = channel[c]
-            v["count"][here] = len(members)
-            v["members"][v["offset"][here]:v["offset"][here] + len(members)] = members
 
     def start(self, k: int, volume: float, now: float) -> tuple[float, bool]:
         """Flow ``k`` starts with ``volume`` bytes: re-rate its component. Returns the

@@ -173,9 +173,7 @@ class FairSharing(LinkModel):
         self.f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
                                                duration).tolist()
         self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
-        self.flows = FlowTable(routes, capacity, route_of=route_of, tie=run.t_tie,
-                               scan_up_to=self.scan_up_to)
-        self.channels = list(channels)  # by index: what a restored run maps its flows by
+        self.flows = FlowTable(routes, capacity, route_of=route_of, scan_up_to=self.scan_up_to)
         # The compiled calls and their arrays, bound once: each transfer calls both.
         self.floats, self.ints = self.flows.floats, self.flows.ints
         self.start_flow, self.finish_flows = start_flow, finish_flows
