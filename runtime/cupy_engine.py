@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hwmodels.spec import Cluster
-from runtime.engine import Engine, EngineUnavailable, gpu_cluster
+from runtime.engine import CalibratedEngine, EngineUnavailable, gpu_cluster
 from workloads.params import Param
 
 __all__ = ["CupyEngine", "cupy_unavailable"]
@@ -34,7 +34,7 @@ def cupy_unavailable() -> str | None:
     return None if count > 0 else "no CUDA device is present"
 
 
-class CupyEngine(Engine):
+class CupyEngine(CalibratedEngine):
     """The first ``devices`` GPUs of this machine (all of them by default)."""
 
     name = "gpu"

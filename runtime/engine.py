@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from workloads.graph import Graph
     from workloads.op import Op
 
-__all__ = ["ENGINES", "Engine", "EngineUnavailable", "NumpyEngine", "calibrated_cluster",
-           "host_cluster", "make_engine"]
+__all__ = ["ENGINES", "CalibratedEngine", "Engine", "EngineUnavailable", "NumpyEngine",
+           "calibrated_cluster", "host_cluster", "make_engine"]
 
 
 class EngineUnavailable(PlacelabError):
@@ -79,19 +79,6 @@ class Engine(Plugin, ABC):
     @abstractmethod
     def cluster(self) -> Cluster:
         """The engine's devices and the links between them, as a placeable cluster."""
-
-    @cached_property
-    def _cluster(self) -> Cluster:
-        """For an engine that takes a calibration file: the file's devices and links where
-        it was given one, else :meth:`_uncalibrated`'s (computed once)."""
-        if self.calibration is not None:
-            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
-                                      count=self.count)
-        return self._uncalibrated()
-
-    def _uncalibrated(self) -> Cluster:
-        """The engine's cluster before any calibration (for :attr:`_cluster`)."""
-        raise NotImplementedError(f"engine {self.name!r} takes no calibration file")
 
     @property
     @abstractmethod
@@ -163,7 +150,24 @@ def _cores() -> int:
         os.cpu_count() or 1)
 
 
-class NumpyEngine(Engine):
+class CalibratedEngine(Engine, ABC):
+    """An engine that takes a calibration file: its cluster is the file's devices and
+    links where it was given one, else its own uncalibrated figures (:meth:`_uncalibrated`),
+    computed once (:attr:`_cluster`)."""
+
+    @cached_property
+    def _cluster(self) -> Cluster:
+        if self.calibration is not None:
+            return calibrated_cluster(self.calibration, engine=self.name, model=self.model,
+                                      count=self.count)
+        return self._uncalibrated()
+
+    @abstractmethod
+    def _uncalibrated(self) -> Cluster:
+        """The engine's cluster before any calibration."""
+
+
+class NumpyEngine(CalibratedEngine):
     """``devices`` logical CPU devices ``cpu0..cpu{k-1}`` of this machine.
 
     Each gets ``cores // devices`` BLAS threads (at least one) while a plan runs. While a

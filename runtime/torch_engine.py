@@ -29,7 +29,7 @@ import numpy as np
 
 from hwmodels.spec import Cluster
 from runtime.engine import (
-    Engine,
+    CalibratedEngine,
     EngineUnavailable,
     _cores,
     gpu_cluster,
@@ -62,7 +62,7 @@ def torch_unavailable(device: str = "cpu") -> str | None:
     return None
 
 
-class TorchEngine(Engine):
+class TorchEngine(CalibratedEngine):
     """``devices`` logical devices of this machine run by PyTorch: CPU shares
     ``cpu0..cpu{k-1}`` (``cores // devices`` threads each), or with ``device="cuda"`` the
     first ``devices`` GPUs, ``cuda0..cuda{k-1}`` (then a :class:`TorchCudaEngine`).
