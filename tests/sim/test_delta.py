@@ -61,6 +61,18 @@ def reordered(p: Plan, rng: np.random.Generator) -> Plan | None:
         return None
 
 
+def walk(evaluate: DeltaEvaluator, p: Plan, cluster: Cluster, cost: object, links: str,
+         rng: np.random.Generator, *, steps: int, back: float) -> None:
+    """Score ``steps`` plans as a search would, each the full simulation's score: a move
+    from the last, or (with probability ``back``) a return to one scored before."""
+    seen = [p]
+    for _ in range(steps):
+        assert evaluate(p) == score(p, cluster, cost, links)
+        p = (seen[int(rng.integers(len(seen)))] if rng.random() < back
+             else moved(p, rng, cluster.device_names))
+        seen.append(p)
+
+
 def score(p: Plan, cluster: Cluster, cost: object, links: str) -> float:
     result = simulate(p, cluster, cost, links=links)  # type: ignore[arg-type]
     return result.makespan_s if result.feasible else math.inf
@@ -140,12 +152,7 @@ def test_a_chain_that_returns_to_earlier_plans_scores_as_the_full_simulation(  #
     evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=4, keep=2)
     if renumber:  # whenever a plan brings a transfer the first plan did not make
         evaluate.renumber_slack = len(p.transfers) - 2 * len(p.graph.arrays.edge_src)
-    seen = [p]
-    for _ in range(16):
-        assert evaluate(p) == score(p, cluster, cost, links)
-        p = (seen[int(rng.integers(len(seen)))] if rng.random() < 0.3
-             else moved(p, rng, cluster.device_names))
-        seen.append(p)
+    walk(evaluate, p, cluster, cost, links, rng, steps=16, back=0.3)
 
 
 @pytest.mark.parametrize("links", ["fcfs", "none"])
@@ -159,12 +166,7 @@ def test_on_many_devices_it_compares_only_the_orders_a_move_changed(links: str) 
     p = Plan(graph, where, order_by_priority(graph, where))
     rng = np.random.default_rng(7)
     evaluate = DeltaEvaluator(cluster, cost, links=links)
-    seen = [p]
-    for _ in range(40):
-        assert evaluate(p) == score(p, cluster, cost, links)
-        p = (seen[int(rng.integers(len(seen)))] if rng.random() < 0.2
-             else moved(p, rng, cluster.device_names))
-        seen.append(p)
+    walk(evaluate, p, cluster, cost, links, rng, steps=40, back=0.2)
     assert evaluate.stats["restored"] > 0
 
 
