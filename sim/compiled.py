@@ -29,7 +29,7 @@ The module imports numba; :mod:`sim.engine` imports it on first use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
@@ -153,10 +153,6 @@ class State:
     todo: np.ndarray        #: fair links: the transfers the last tick ended, in order
     fair_count: np.ndarray  #: ticks booked, ended transfers done, ended, tick to book
 
-    def copy(self) -> State:
-        """An independent copy (a snapshot; under fair links not one to resume from: the
-        flow table, changed in place, is not part of the state)."""
-        return State(**{f.name: getattr(self, f.name).copy() for f in fields(self)})
 
 
 def start_refs(g: GraphColumns, p: PlanInputs) -> np.ndarray:

@@ -411,7 +411,7 @@ class CompiledRun(Simulation):
         self.op_bytes = a.moved_bytes.astype(np.int64)
         self.op_dev, self.op_time = self.inputs.op_dev.tolist(), self.inputs.op_time.tolist()
         # plan.transfers' numbers, in its order
-        self.number = self.slots.transfer_numbers(plan, self.inputs)
+        self.number = self.slots.transfer_numbers(self.inputs)
         self.transfer_names = tuple(t.name for t in plan.transfers)
         tensor = self.inputs.k_tensor[self.number]
         self.t_src = self.inputs.op_dev[a.tensor_producer[tensor]].tolist()

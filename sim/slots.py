@@ -147,9 +147,9 @@ class Slots:
             k_route=self.k_route.copy(), route=self.route, route_off=self.route_off,
             n_channels=len(self.channels), key_bytes=self.key_bytes)
 
-    def transfer_numbers(self, plan: Plan, p: PlanInputs) -> np.ndarray:
-        """The number of each of ``plan.transfers``, in its order (where each (tensor,
-        device) first crosses, by reader in graph order)."""
+    def transfer_numbers(self, p: PlanInputs) -> np.ndarray:
+        """The number of each of ``p``'s plan's transfers, in :attr:`Plan.transfers`' order
+        (where each (tensor, device) first crosses, by reader in graph order)."""
         k = p.edge_k[self.by_rank]
         k = k[k >= 0]
         numbers, first = np.unique(k, return_index=True)

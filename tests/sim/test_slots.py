@@ -48,7 +48,7 @@ def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str,
     assert run.peak.tolist() == [full.peak_memory_bytes[d] for d in cluster.device_names]
     a = p.graph.arrays
     index = {d: i for i, d in enumerate(cluster.device_names)}
-    numbers = slots.transfer_numbers(p, inputs)
+    numbers = slots.transfer_numbers(inputs)
     for k, t, start, end in zip(numbers, p.transfers, c.transfer_start, c.transfer_end,
                                 strict=True):
         assert inputs.k_tensor[k] == a.tensor_index[t.tensor], t.name
