@@ -6,6 +6,7 @@ the registry, calibration files, the host-slowdown measurement and the CLI."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import threading
@@ -230,8 +231,10 @@ def test_each_device_computes_with_its_thread_budget_and_the_caller_s_is_put_bac
 def test_the_host_slowdown_is_measured_on_the_torch_engine_too() -> None:
     from runtime.hosts import side_by_side
 
-    ratio = side_by_side(TorchEngine(devices=2), build_model("lenet5", batch=4), repeats=1)
-    assert 0.2 < ratio < 10
+    # a ratio of two wall times: on a loaded machine it can be anything positive, so only
+    # that it was measured (finite, positive) is asserted, never its size
+    ratio = side_by_side(TorchEngine(devices=2), build_model("lenet5", batch=4), repeats=3)
+    assert math.isfinite(ratio) and ratio > 0
 
 
 # -- refusals -----------------------------------------------------------------------------
