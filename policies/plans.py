@@ -400,21 +400,27 @@ class Plan:
             graph_position = np.fromiter(map(self.graph.position, a.names), np.int64,
                                          len(a.names))
             cross = cross[np.argsort(graph_position[a.edge_dst[cross]], kind="stable")]
+        # one transfer per (tensor, destination device), in the order of its first edge;
+        # its consumers in edge order
         dst_ops = a.edge_dst[cross]
-        by_key: dict[tuple[int, int], list[str]] = {}
-        names = a.names
-        for k, code, op in zip(a.edge_tensor[cross].tolist(), codes[dst_ops].tolist(),
-                               dst_ops.tolist(), strict=True):
-            by_key.setdefault((k, code), []).append(names[op])
-        devices, producers = self.devices, a.tensor_producer
-        transfers = []
-        for (k, code), consumers in by_key.items():
-            tensor_name, dst, producer = a.tensor_names[k], devices[code], names[producers[k]]
-            transfers.append(Transfer(
-                name=f"{tensor_name}->{dst}", tensor=tensor_name,
-                nbytes=int(a.tensor_bytes[k]), src=self.placement[producer], dst=dst,
-                producer=producer, consumers=tuple(consumers)))
-        return tuple(transfers)
+        key = a.edge_tensor[cross] * len(self.devices) + codes[dst_ops]
+        unique, first, which = np.unique(key, return_index=True, return_inverse=True)
+        rank = np.empty(len(unique), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+        by_rank = np.argsort(rank[which], kind="stable")
+        ends = np.cumsum(np.bincount(rank[which], minlength=len(unique))).tolist()
+        keys = unique[np.argsort(rank)]
+        tensors, dst_codes = np.divmod(keys, len(self.devices))
+        names, devices = a.names, self.devices
+        consumers = [names[o] for o in dst_ops[by_rank].tolist()]
+        producers = a.tensor_producer[tensors]
+        return tuple(
+            Transfer(f"{tensor}->{devices[dst]}", tensor, size, devices[src], devices[dst],
+                     names[producer], tuple(consumers[begin:end]))
+            for tensor, size, src, dst, producer, begin, end in zip(
+                map(a.tensor_names.__getitem__, tensors.tolist()),
+                a.tensor_bytes[tensors].tolist(), codes[producers].tolist(),
+                dst_codes.tolist(), producers.tolist(), [0, *ends][:-1], ends, strict=True))
 
     def _member_transfers(self) -> tuple[Transfer, ...]:
         """Transfers where collectives take part: each member's tensors live on its device."""
