@@ -4,6 +4,7 @@ issue orders and link models taken from their registries."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import cast
 
 import pytest
 import simpy
@@ -29,13 +30,14 @@ def test_events_run_in_simpys_order_at_simpys_times(plan: list[tuple[float, list
                                                      ) -> None:
     # Each event, when it runs, schedules its follow-ups; simpy (public API) is the oracle.
     def on_simpy() -> list[tuple[float, tuple[int, ...]]]:
-        env, seen = simpy.Environment(), []
+        env = simpy.Environment()
+        seen: list[tuple[float, tuple[int, ...]]] = []
 
         def fire(event: simpy.Event) -> None:
-            seen.append((env.now, event.value))
-            for j, delay in enumerate(plan[event.value[0]][1] if len(event.value) == 1
-                                      else []):
-                env.timeout(delay, (*event.value, j)).callbacks.append(fire)
+            value = cast(tuple[int, ...], event.value)  # what the timeout was given
+            seen.append((float(env.now), value))
+            for j, delay in enumerate(plan[value[0]][1] if len(value) == 1 else []):
+                env.timeout(delay, (*value, j)).callbacks.append(fire)
 
         for i, (delay, _) in enumerate(plan):
             env.timeout(delay, (i,)).callbacks.append(fire)
