@@ -17,10 +17,12 @@ started with (held references, resident parameters): a restored run's value is t
 snapshot's less that plus what the new plan starts with. The kept run that a restore uses
 moves to the back of the kept, so the chain's current plan stays.
 
-Runs that this does not cover are simulated in full, with the same result: ``fair`` links
-(whose flow table is laid out per plan; a full simulation of them runs compiled, and took
-less than half what restoring the Python loop's state did), the ``priority`` issue order,
-clusters whose devices share a host, plans with collectives, and link models other than the
+Under ``fair`` links a run changes its flow table in place, so it is not resumed: each plan
+runs from its start, laid out from its arrays the same way (its flow table by the link
+model, for the transfers the arrays number, in ``Plan.transfers`` order) without deriving
+``Plan.transfers`` or a result's columns. Runs that this does not cover are simulated in
+full (:func:`sim.simulate`), with the same result: the ``priority`` issue order, clusters
+whose devices share a host, plans with collectives, and link models other than the
 built-in ones.
 """
 
@@ -36,9 +38,9 @@ import numpy as np
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from sim.engine import evaluator, simulate
+from sim.engine import evaluator, fair_inputs, simulate
 from sim.hosts import shared_hosts
-from sim.links import FirstComeFirstServed, NoContention
+from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
 from workloads.arrays import GraphArrays
 from workloads.collect import gc_paused
@@ -66,22 +68,22 @@ RENUMBER_SLACK = 1024
 def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
                      order: str = "plan") -> Callable[[Plan], float]:
     """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator`
-    where its runs resume from snapshots (plan order, ``fcfs`` or ``none`` links, no shared
-    hosts; faster than the full simulation at every size measured, 694 ops and up,
-    ``benchmarks/delta_bound.py``), else the full simulation (:func:`sim.evaluator`);
-    either scores every plan alike, to the bit.
+    where it runs plans in the compiled loop from their arrays (plan order, ``fcfs``,
+    ``none`` or ``fair`` links, no shared hosts; faster than the full simulation at every
+    size measured, 694 ops and up, ``benchmarks/delta_bound.py``), else the full simulation
+    (:func:`sim.evaluator`); either scores every plan alike, to the bit.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
     >>> c = get_cluster("quad-v100-nvlink")
     >>> cost = RooflineCost(c)
-    >>> type(search_evaluator(build_model("mlp"), c, cost)).__name__
+    >>> type(search_evaluator(build_model("mlp"), c, cost, links="fair")).__name__
     'DeltaEvaluator'
-    >>> search_evaluator(build_model("mlp"), c, cost, links="fair").__name__
+    >>> search_evaluator(build_model("mlp"), c, cost, order="priority").__name__
     'evaluate'
     """
     delta = DeltaEvaluator(cluster, cost, links=links, order=order)
-    return delta if delta.delta else evaluator(cluster, cost, links=links, order=order)
+    return delta if delta.compiled else evaluator(cluster, cost, links=links, order=order)
 
 
 def divergence(old: Plan, new: Plan, start: np.ndarray, end: np.ndarray) -> float:
@@ -164,6 +166,31 @@ def _ready(a: GraphArrays, op: int, end: np.ndarray) -> float:
 
 
 @dataclass(eq=False)
+class _FairRun:
+    """What :meth:`sim.links.FairSharing.attach` reads of a run: its cluster and devices,
+    and per transfer (in the run's order) its source and destination device, its time and
+    the copy engines it may take."""
+
+    env: None
+    cluster: Cluster
+    devices: tuple[str, ...]
+    t_src: list[int]
+    t_dst: list[int]
+    t_duration: list[float]
+    copy_free: list[list[float]]
+
+    @classmethod
+    def of(cls, cluster: Cluster, p: PlanInputs, number: np.ndarray, a: GraphArrays
+           ) -> _FairRun:
+        """The transfers ``number`` of plan ``p``, in that order."""
+        tensor = p.k_tensor[number]
+        return cls(None, cluster, cluster.device_names,
+                   p.op_dev[a.tensor_producer[tensor]].tolist(), p.k_dst[number].tolist(),
+                   p.k_duration[number].tolist(),
+                   [[0.0] * d.copy_engines for d in cluster.devices])
+
+
+@dataclass(eq=False)
 class _Resumable:
     """A compiled run's state after ``events`` events, the last at ``now``: what resuming
     needs (:data:`_CARRIED` and the heap's events), not its results so far; ``refs0`` and
@@ -236,8 +263,11 @@ class DeltaEvaluator:
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now: its type says how plans run
         # runs whose state is the compiled loop's arrays alone resume from snapshots
-        self.delta = (order == "plan" and type(self.part) in _LINKS
-                      and shared_hosts(cluster) is None)
+        runs_compiled = order == "plan" and shared_hosts(cluster) is None
+        self.delta = runs_compiled and type(self.part) in _LINKS
+        #: Whether plans run in the compiled loop from their arrays (``fair`` links too,
+        #: from the start each time); else :func:`sim.simulate` scores them.
+        self.compiled = self.delta or (runs_compiled and type(self.part) is FairSharing)
         self.n_snapshots = snapshots or 8
         self.renumber_slack = RENUMBER_SLACK
         self.contention = type(self.part) is FirstComeFirstServed
@@ -252,7 +282,7 @@ class DeltaEvaluator:
 
     def __call__(self, plan: Plan) -> float:
         self.stats["evaluations"] += 1
-        if not self.delta or plan.device_groups:
+        if not self.compiled or plan.device_groups:
             result = simulate(plan, self.cluster, self.cost, links=self.links,
                               order=self.order)
             return result.makespan_s if result.feasible else math.inf
@@ -262,22 +292,56 @@ class DeltaEvaluator:
         if plan.graph is not self.graph:  # another graph: nothing kept applies
             self.graph, self.kept_columns, self.slots = plan.graph, [], None
         with gc_paused():
-            return self._evaluate_compiled(plan)
+            return self._evaluate_compiled(plan) if self.delta else self._evaluate_fair(plan)
 
     # -- one evaluation -----------------------------------------------------------------------
 
-    def _evaluate_compiled(self, plan: Plan) -> float:
-        from sim import compiled  # numba, as the compiled loop's runs do
+    def _slots(self, plan: Plan) -> Slots:
+        """The graph's arrays, kept from plan to plan."""
         from sim.slots import Slots
 
         if self.slots is None:
             self.slots = Slots(plan.graph, self.cluster, self.cost)
-        g = self.slots.columns
-        if len(self.slots.k_tensor) > 2 * len(g.edge_src) + self.renumber_slack:
+        if len(self.slots.k_tensor) > 2 * len(self.slots.columns.edge_src) + \
+                self.renumber_slack:
             # numbers met over a long search on a large cluster: every run's state grows
             # with them; start again (the kept runs go with them)
             self.slots.renumber()
             self.kept_columns = []
+        return self.slots
+
+    def _evaluate_fair(self, plan: Plan) -> float:
+        """``plan`` from its start under ``fair`` links: the flow table laid out by the
+        link model for this plan's transfers (numbered from its arrays, in
+        ``plan.transfers`` order, so ties end as in :func:`sim.simulate`), then the
+        compiled loop."""
+        from sim import compiled
+
+        slots = self._slots(plan)
+        p = slots.inputs(plan)
+        number = slots.transfer_numbers(p)
+        part = self.part.clone()
+        part.attach(_FairRun.of(self.cluster, p, number, plan.graph.arrays))
+        run = slots.state(p, record=False)
+        fair = fair_inputs(part, p, number)
+        compiled.begin(slots.columns, p, run, False, fair)
+        self.stats["events_run"] += compiled.advance(slots.columns, p, run, False, 2**62, fair)
+        return self._score(run, p)
+
+    def _score(self, run: State, p: PlanInputs) -> float:
+        """The makespan of a finished run, infinity where it did not fit."""
+        assert self.slots is not None
+        self._remember(run.peak.tolist(), run.used.tolist())
+        ran_all = bool(np.array_equal(run.nxt, p.order_off[1:]))
+        if not ran_all or bool((run.peak > self.slots.columns.capacity).any()):
+            return math.inf
+        return float(run.clock[1])
+
+    def _evaluate_compiled(self, plan: Plan) -> float:
+        from sim import compiled  # numba, as the compiled loop's runs do
+
+        g = self._slots(plan).columns
+        assert self.slots is not None
         p = self.slots.inputs(plan)
         run = self.slots.state(p, record=False)
         kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
@@ -306,11 +370,7 @@ class DeltaEvaluator:
                 "placed": run.nxt - p.order_off[:-1]}, kept.refs0, kept.resident0))
         kept.start, kept.end = run.start, run.start + p.op_time
         self.kept_columns = [*self.kept_columns, kept][-self.keep:]
-        self._remember(run.peak.tolist(), run.used.tolist())
-        ran_all = bool(np.array_equal(run.nxt, p.order_off[1:]))
-        if not ran_all or bool((run.peak > g.capacity).any()):
-            return math.inf
-        return float(run.clock[1])
+        return self._score(run, p)
 
     def _base(self, p: PlanInputs) -> tuple[_KeptColumns, int] | None:
         """The kept run and snapshot that let the most of ``p``'s run be skipped; the run

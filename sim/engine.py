@@ -59,13 +59,14 @@ from workloads.errors import PlacementError
 from workloads.plugin import Plugin
 
 if TYPE_CHECKING:
+    from sim.compiled import FairInputs, PlanInputs
     from sim.links import LinkModel
 
 #: The link models the compiled loop runs (:class:`CompiledRun`).
 _COMPILED_LINKS = (FirstComeFirstServed, NoContention, FairSharing)
 
 __all__ = ["ORDERS", "CompiledRun", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation",
-           "evaluator", "simulate"]
+           "evaluator", "fair_inputs", "simulate"]
 
 
 class IssueOrder(Plugin, ABC):
@@ -430,17 +431,10 @@ class CompiledRun(Simulation):
     def _fair(self, part: FairSharing) -> Any:
         """The fair model's flows, latencies and volumes as the Python loop's part lays
         them out for this plan (its flows in ``plan.transfers`` order, so ties end alike)."""
-        from sim.compiled import FairInputs
-
         self.t_duration = self.inputs.k_duration[self.number].tolist()
         self.copy_free = [[0.0] * self.cluster.device(d).copy_engines for d in self.devices]
         part.attach(self)
-        flow_of = np.full(len(self.inputs.k_tensor), -1, np.int64)
-        flow_of[self.number] = np.arange(len(self.number))
-        return FairInputs(part.flows.floats, part.flows.ints, flow_of,
-                          self.number.astype(np.int64),
-                          np.asarray(part.f_latency, np.float64),
-                          np.asarray(part.f_volume, np.float64))
+        return fair_inputs(part, self.inputs, self.number)
 
     def run(self) -> None:
         from sim import compiled
@@ -510,6 +504,19 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     result.cost_sources = _sources(cost, plan, np.asarray(run.op_dev, dtype=np.int64),
                                    np.asarray(run.op_time, dtype=float))
     return result
+
+
+def fair_inputs(part: FairSharing, inputs: PlanInputs, number: np.ndarray) -> FairInputs:
+    """The compiled loop's view of ``part``, attached to a run whose transfers are the
+    numbers ``number`` of ``inputs`` in that order: its flow table, each number's flow and
+    each flow's number, latency and volume."""
+    from sim.compiled import FairInputs
+
+    flow_of = np.full(len(inputs.k_tensor), -1, np.int64)
+    flow_of[number] = np.arange(len(number))
+    return FairInputs(part.flows.floats, part.flows.ints, flow_of, number.astype(np.int64),
+                      np.asarray(part.f_latency, np.float64),
+                      np.asarray(part.f_volume, np.float64))
 
 
 def evaluator(cluster: Cluster, cost: CostModel, *, links: str = "fcfs",

@@ -150,10 +150,13 @@ class FairSharing(LinkModel):
 
         super().attach(run)
         self.env = run.env
-        pairs = np.column_stack([np.asarray(run.t_src, dtype=np.int64),
-                                 np.asarray(run.t_dst, dtype=np.int64)]).reshape(-1, 2)
-        keys, route_of = np.unique(pairs, axis=0, return_inverse=True)
-        route_of = route_of.ravel()  # (n, 1) under NumPy 2.0.0
+        # the (source, destination) pairs met, sorted, as one number each (a sort of rows
+        # is many times slower)
+        n_dev = len(run.devices)
+        pair = np.asarray(run.t_src, dtype=np.int64) * n_dev + np.asarray(run.t_dst,
+                                                                         dtype=np.int64)
+        codes, route_of = np.unique(pair, return_inverse=True)
+        keys = np.column_stack(np.divmod(codes, n_dev)).reshape(-1, 2)
         channels: dict[str, int] = {}
         capacity: list[float] = []
         paths = [run.cluster.route(run.devices[src], run.devices[dst])
