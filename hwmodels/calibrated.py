@@ -170,6 +170,14 @@ class CalibratedCost(RooflineCost):
     def op_times(self, graph: Graph, placement: Placement) -> list[float]:
         return [t for _, t in self._graph(graph, placement)]
 
+    def least_op_times(self, graph: Graph, device: str) -> list[float]:
+        """The lesser of each op's time alone (its weights warm) and with the whole graph on
+        ``device`` (cold where they exceed the cache, the run's start charged): the two
+        contexts farthest apart (the fitted trees are not proven monotone in between)."""
+        together = super().least_op_times(graph, device)
+        return [min(t, self.op_time(graph.op(name), device))
+                for t, name in zip(together, graph.arrays.names, strict=True)]
+
     def sources(self, graph: Graph, placement: Placement) -> list[str]:
         return [s for s, _ in self._graph(graph, placement)]
 

@@ -115,6 +115,21 @@ class CostModel(Plugin, ABC):
                     for op, d in zip(graph.arrays.names, placement.tolist(), strict=True)]
         return [self.op_time(graph.op(name), placement[name]) for name in graph.arrays.names]
 
+    def least_op_times(self, graph: Graph, device: str) -> list[float]:
+        """Each op's least time on ``device``, wherever the graph's other ops run, in
+        ``graph.arrays`` order: what lower bounds take (:mod:`policies.bounds`). An op's
+        time here depends on nothing but the op and the device, so it is :meth:`op_times`
+        with every op on ``device``; a model that prices an op by its context overrides
+        this.
+
+        >>> from hwmodels import get_cluster, RooflineCost
+        >>> from workloads import build_model
+        >>> g, cost = build_model("mlp"), RooflineCost(get_cluster("workstation"))
+        >>> cost.least_op_times(g, "gpu0") == [cost.op_time(op, "gpu0") for op in g]
+        True
+        """
+        return self.op_times(graph, dict.fromkeys(graph.arrays.names, device))
+
     def transfer_time(self, nbytes: int, src: str, dst: str) -> float:
         """Seconds to move ``nbytes`` from device ``src`` to device ``dst``."""
         if src == dst:

@@ -14,43 +14,76 @@
 
 All hold for the simulator's model: an op never runs faster than on its fastest device,
 never before its producers end (and a tensor from another device has arrived), and a stream
-runs one op at a time.
+runs one op at a time. Each op is priced at its least time on each device
+(:func:`least_times`): a collective at 0, since the simulator runs the steps it lowers to;
+a cost model that prices an op by where the others run gives the least of the contexts it
+can tell apart (:meth:`hwmodels.cost.CostModel.least_op_times`).
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from workloads.errors import UnsupportedOp
+from workloads.errors import PlacementError, UnsupportedOp
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["critical_path_bound", "fastest_times", "lower_bound", "relaxation_bound",
-           "work_bound"]
+__all__ = ["critical_path_bound", "fastest_times", "least_times", "lower_bound",
+           "relaxation_bound", "work_bound"]
 
 #: What the LP's answer is reduced by (relative) so that the solver's tolerances never lift
 #: it above a makespan that can be reached.
 LP_SLACK = 1e-6
 
 
-def fastest_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
-    """Each op's time on its fastest device, in ``graph.arrays`` order (among the devices
-    that can run it, where the cost model cannot price some)."""
-    from policies.problem import Problem
+def least_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
+    """Each op's least time on each device (ops x devices, ``graph.arrays`` order): the
+    cost model's :meth:`~hwmodels.cost.CostModel.least_op_times`, infinite where it cannot
+    price the op on the device, and 0 for a collective op, which the simulator runs as the
+    steps and transfers it lowers to (:func:`policies.collectives.lower`).
 
-    names = graph.arrays.names
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from workloads import build_model
+    >>> c = get_cluster("workstation")
+    >>> least_times(build_model("mlp"), c, RooflineCost(c)).shape
+    (7, 2)
+    """
+    a = graph.arrays
+    columns = []
+    for d in cluster.device_names:
+        try:
+            columns.append(cost.least_op_times(graph, d))
+        except UnsupportedOp:
+            columns.append([_alone(cost, graph, name, d) for name in a.names])
+    times = np.asarray(columns, dtype=float).T.reshape(len(a.names), len(columns))
+    nowhere = np.flatnonzero(np.isinf(times).all(axis=1))
+    if len(nowhere):
+        name = a.names[int(nowhere[0])]
+        raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
+                             f"of cluster {cluster.name!r}")
+    if graph.collectives:
+        times[[a.position[name] for name in graph.collectives]] = 0.0
+    return times
+
+
+def _alone(cost: CostModel, graph: Graph, name: str, device: str) -> float:
     try:
-        per_device = [cost.op_times(graph, dict.fromkeys(names, d))
-                      for d in cluster.device_names]
+        return cost.op_time(graph.op(name), device)
     except UnsupportedOp:
-        return np.asarray(Problem(graph, cluster, cost).times.min(axis=1))
-    return np.min(np.asarray(per_device), axis=0)
+        return math.inf
+
+
+def fastest_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
+    """Each op's time on its fastest device, in ``graph.arrays`` order (see
+    :func:`least_times`)."""
+    return np.asarray(least_times(graph, cluster, cost).min(axis=1))
 
 
 def critical_path_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
@@ -111,14 +144,12 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     import scipy.sparse as sp  # scipy's solver only where the relaxation is asked for
     from scipy.optimize import linprog
 
-    from policies.problem import Problem
-
     floor = lower_bound(graph, cluster, cost)
     a = graph.arrays
     n = len(a.names)
     if n == 0 or floor <= 0:
         return floor
-    times = Problem(graph, cluster, cost).times / floor  # in units of the floor: T near 1
+    times = least_times(graph, cluster, cost) / floor  # in units of the floor: T near 1
     times, streams = _device_classes(cluster, times)
     n_dev = len(streams)
     able = np.isfinite(times)
@@ -161,8 +192,8 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
                   A_eq=spread, b_eq=np.ones(n), bounds=np.column_stack((np.zeros(n_vars),
                                                                         upper)),
                   method="highs")
-    if res.status != 0:  # never seen: the relaxation is feasible and bounded by design
-        return floor
+    if res.status != 0:  # feasible and bounded by design; HiGHS refuses programs scaled
+        return floor     # past about 1e15 (a transfer that long against the floor)
     return max(floor, float(res.fun) * floor * (1 - LP_SLACK))
 
 

@@ -4,6 +4,7 @@ below the simple bounds."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
@@ -19,7 +20,8 @@ from sim import simulate
 from tests.helpers import op, toy_cluster
 from tests.policies.test_exact import brute_force_makespan, instance
 from tests.sim.test_fidelity import instances
-from workloads import Graph, Op
+from workloads import Graph, Op, Tensor
+from workloads.errors import UnsupportedOp
 
 
 class SpeedCost(CostModel):
@@ -132,14 +134,17 @@ def heterogeneous_runs(draw: st.DrawFn) -> tuple[Plan, SpeedCost]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(heterogeneous_runs(), st.sampled_from(["fcfs", "fair", "none"]))
-def test_no_simulated_run_is_shorter(case: tuple[Plan, SpeedCost], links: str) -> None:
+@given(heterogeneous_runs(), st.sampled_from(["fcfs", "fair", "none"]),
+       st.sampled_from(["plan", "priority"]))
+def test_no_simulated_run_is_shorter(case: tuple[Plan, SpeedCost], links: str,
+                                     order: str) -> None:
     p, cost = case
     bound = relaxation_bound(p.graph, cost.cluster, cost)
     assert math.isfinite(bound)
     assert bound >= lower_bound(p.graph, cost.cluster, cost)
     # the bound sums op times in another order than the run: a rounding apart at most
-    assert simulate(p, cost.cluster, cost, links=links).makespan_s >= bound * (1 - 1e-12)
+    run = simulate(p, cost.cluster, cost, links=links, order=order)
+    assert run.makespan_s >= bound * (1 - 1e-12)
 
 
 def test_no_data_parallel_run_on_a_mixed_pair_is_shorter() -> None:
@@ -165,3 +170,140 @@ def test_heft_on_the_workstation_is_above_it() -> None:
     bound = relaxation_bound(step, cluster, cost)
     heft = simulate(plan(step, cluster, "heft", cost), cluster, cost, links="fair")
     assert lower_bound(step, cluster, cost) < bound <= heft.makespan_s
+
+
+def _chain_of_links() -> Cluster:
+    # d0 -(slow)- d1 -(fast)- d2: the fastest crossing is d1<->d2, the first pair listed
+    # (d0, d1) is slow and the farthest (d0, d2) slower still
+    devices = tuple(Device(f"d{i}", "gpu", {"fp32": 1e12}, 2**34, 1e11) for i in range(3))
+    return Cluster("line", devices, (Link("d0", "d1", 1e8, 0.0), Link("d1", "d2", 1e10, 0.0)))
+
+
+@pytest.mark.parametrize("priced", ["by size", "by table"])
+def test_a_forced_crossing_pays_the_fastest_pair_not_another(priced: str) -> None:
+    cluster = _chain_of_links()
+    g = Graph("ab", [op("a", nbytes=4 * 10**8), op("b", ("a",))])
+    runs = {"a": {"d2": 1.0}, "b": {"d0": 1.0, "d1": 1.0}}  # a on d2, b on d0 or d1
+    cost = (TableCost(cluster, runs) if priced == "by table"
+            else _Only(cluster, runs))
+    p = Plan(g, {"a": "d2", "b": "d1"}, {"d2": ["a"], "d1": ["b"]})
+    run = simulate(p, cluster, cost).makespan_s  # 1 + 4e8 B / 1e10 B/s + 1
+    assert run == pytest.approx(2.04)
+    assert relaxation_bound(g, cluster, cost) == pytest.approx(run, rel=2 * LP_SLACK)
+
+
+class _Only(CostModel):
+    """1 s on the devices each op may run on (a table's times, priced by size)."""
+
+    name = "only"
+
+    def __init__(self, cluster: Cluster, runs: Mapping[str, Mapping[str, float]]) -> None:
+        super().__init__(cluster)
+        self.runs = {k: dict(v) for k, v in runs.items()}
+
+    def op_time(self, op: Op, device: str) -> float:
+        if device not in self.runs[op.name]:
+            raise UnsupportedOp(f"only: {op.name} not on {device}")
+        return self.runs[op.name][device]
+
+
+def test_devices_alike_but_for_their_streams_are_kept_apart() -> None:
+    # three 1 s ops on one device of one stream and one of two: all at once, in 1 s
+    cluster = Cluster("two", (Device("d0", "gpu", {"fp32": 1e12}, 2**34, 1e11),
+                              Device("d1", "gpu", {"fp32": 1e12}, 2**34, 1e11,
+                                     compute_streams=2)), (Link("d0", "d1", 1e9),))
+    g = Graph("three", [op("a"), op("b"), op("c")])
+    cost = SpeedCost(cluster, dict.fromkeys("abc", 1.0), {"d0": 1.0, "d1": 1.0})
+    p = Plan(g, {"a": "d0", "b": "d1", "c": "d1"}, {"d0": ["a"], "d1": ["b", "c"]})
+    assert simulate(p, cluster, cost).makespan_s == 1.0
+    assert relaxation_bound(g, cluster, cost) == 1.0
+
+
+@st.composite
+def small_instances(draw: st.DrawFn) -> tuple[Graph, SpeedCost]:
+    """Up to five ops on three devices joined by links of their own speeds."""
+    devices = tuple(Device(f"d{i}", "gpu", {"fp32": 1e12}, 2**34, 1e11,
+                           compute_streams=draw(st.integers(1, 2))) for i in range(3))
+    cluster = Cluster("three", devices, tuple(
+        Link(a, b, draw(st.sampled_from([1e8, 1e9, 1e10])), draw(st.floats(0, 1e-4)))
+        for a, b in (("d0", "d1"), ("d1", "d2"))))
+    ops = []
+    for i in range(draw(st.integers(2, 5))):
+        preds = draw(st.lists(st.integers(0, i - 1), max_size=2, unique=True)) if i else []
+        ops.append(op(f"o{i}", tuple(f"o{p}" for p in preds),
+                      nbytes=4 * draw(st.integers(1, 10**5))))
+    g = Graph("small", ops)
+    work = {o.name: draw(st.floats(1e-5, 1e-3)) for o in g}
+    speed = {d.name: draw(st.sampled_from([0.25, 1.0, 4.0])) for d in devices}
+    return g, SpeedCost(cluster, work, speed)
+
+
+@settings(max_examples=25, deadline=None)
+@given(small_instances(), st.sampled_from(["fcfs", "fair", "none"]))
+def test_no_plan_of_a_small_graph_runs_shorter(case: tuple[Graph, SpeedCost],
+                                                 links: str) -> None:
+    """Every placement (in topological order) simulated: the best run is at or above the
+    bound, which it often meets."""
+    g, cost = case
+    bound = relaxation_bound(g, cost.cluster, cost)
+    order = g.topological_order()
+    best = math.inf
+    for where in itertools.product(cost.cluster.device_names, repeat=len(order)):
+        placement = dict(zip(order, where, strict=True))
+        orders: dict[str, list[str]] = {}
+        for name in order:
+            orders.setdefault(placement[name], []).append(name)
+        run = simulate(Plan(g, placement, orders), cost.cluster, cost, links=links)
+        best = min(best, run.makespan_s)
+    assert best >= bound * (1 - 1e-12)
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "hierarchical"])
+def test_no_data_parallel_run_of_many_replicas_is_shorter(algorithm: str) -> None:
+    """A collective is lowered to ring steps and transfers that can take far less than the
+    cost model's price of the collective op itself (charged in full, 32 replicas of a
+    5000-wide layer gave a bound twice the run)."""
+    from hwmodels import RooflineCost, get_cluster
+    from policies.data_parallel import replicate
+    from workloads.training import training_graph
+    from workloads.zoo.dense import mlp
+
+    cluster = get_cluster("dgx-h100-x4-ib")
+    cost = RooflineCost(cluster)
+    step = training_graph(mlp(batch=1, in_features=5000, hidden=(5000,), classes=10), "sgd")
+    d0 = cluster.device_names[0]
+    inner = Plan(step, dict.fromkeys(step.names, d0), {d0: step.topological_order()})
+    p = replicate(inner, cluster, replicas=32, bucket_bytes=200 * 2**20, algorithm=algorithm)
+    bound = relaxation_bound(p.graph, cluster, cost)
+    for links in ("fcfs", "fair", "none"):
+        run = simulate(p, cluster, cost, links=links, order="priority").makespan_s
+        assert run >= bound and run >= lower_bound(p.graph, cluster, cost)
+
+
+def test_an_op_priced_by_its_context_is_bounded_by_its_cheapest() -> None:
+    """The calibrated model prices weights cold once a device holds more than its cache:
+    with both 20 MiB layers on one device each is cold, apart both are warm (1 us)."""
+    import pathlib
+    import tempfile
+
+    from hwmodels import dumps
+    from hwmodels.calibrated import CalibratedCost
+    from hwmodels.predictor import KindModel, OpTimePredictor
+
+    spec = Device("n0", "cpu", {"fp32": 1e11}, 2**34, 2e10)
+    path = pathlib.Path(tempfile.mkdtemp()) / "n0.toml"
+    path.write_text(dumps(devices=[spec]))
+    cluster = Cluster("c", (spec.instance("a"), spec.instance("b")),
+                      (Link("a", "b", 1e10, 1e-6),))
+    cost = CalibratedCost(cluster, path, profiles=None)
+    # the fitted model a calibration would hold: 1 us + 1 ns per cold weight byte
+    cost._predictors["n0"] = OpTimePredictor({"class:matmul": KindModel(
+        "class:matmul", (1e-6, 0, 0, 0, 0, 0, 0, 1e-9), "", 1, max_correction=0.0)})
+    g = Graph("two", [Op(f"m{i}", "linear", "matmul", outputs=(Tensor(f"m{i}", (4,)),),
+                         flops=8, bytes_read=16, bytes_written=16, param_bytes=20 * 2**20)
+                      for i in range(2)])
+    assert min(cost.op_times(g, {"m0": "a", "m1": "a"})) > 0.02  # together: cold
+    apart = Plan(g, {"m0": "a", "m1": "b"}, {"a": ["m0"], "b": ["m1"]})
+    run = simulate(apart, cluster, cost).makespan_s
+    assert run == pytest.approx(1e-6)
+    assert lower_bound(g, cluster, cost) <= relaxation_bound(g, cluster, cost) <= run
