@@ -92,7 +92,9 @@ def fresh_evaluator(cluster: Cluster, cost: Any, links: str) -> Callable[[Plan],
     contention = links == "fcfs"
 
     def evaluate(p: Plan) -> float:
-        s = slots.setdefault(id(p.graph), Slots(p.graph, cluster, cost))
+        s = slots.get(id(p.graph))
+        if s is None:
+            s = slots[id(p.graph)] = Slots(p.graph, cluster, cost)
         inputs = s.inputs(p)
         run = s.state(inputs, record=False)
         compiled.begin(s.columns, inputs, run, contention)

@@ -56,7 +56,7 @@ from policies.optimal import Optimal
 from policies.problem import model_makespan
 from policies.search import MCMC, contention_free
 from policies.testing import random_dag
-from sim import evaluator, simulate
+from sim import search_evaluator, simulate
 from workloads import Graph, build_model, training_graph
 from workloads.errors import PlacementError
 
@@ -114,11 +114,12 @@ def cells(quick: bool) -> Iterator[Cell]:
 
 
 def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
-    """``policy`` on the cell with the simulator (fair links) as evaluator: the columns
+    """``policy`` on the cell with the simulator (fair links) as evaluator, as ``placelab``
+    searches (:func:`sim.search_evaluator`, every score a full simulation's): the columns
     every part reports, and the search's score."""
     start = time.perf_counter()
     p = plan(cell.step, cell.cluster, policy, cell.cost,
-             evaluate=evaluator(cell.cluster, cell.cost, links="fair"))
+             evaluate=search_evaluator(cell.step, cell.cluster, cell.cost, links="fair"))
     heuristic, which = cell.best
     return {"model": cell.model, "cluster": cell.cluster_name, "evals": policy.evals,
             "best_heuristic": which, "heuristic_vs_bound": heuristic / cell.bound,
