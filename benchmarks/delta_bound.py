@@ -26,9 +26,10 @@ turn, the median kept:
   it (deriving the plan's transfers, :attr:`policies.plans.Plan.transfers`, included);
 * *full, transfers derived*: the same on plans whose transfers were derived beforehand,
   untimed: the simulation alone;
-* *fresh*: the plan's arrays (:class:`sim.slots.Slots`) run from the start by the compiled
-  loop, nothing kept from plan to plan but what the graph fixes: the least a full
-  evaluation built from the same parts costs;
+* *fresh*: :class:`sim.DeltaEvaluator` with ``resume=False``: the plan's arrays
+  (:class:`sim.slots.Slots`) run from the start by the compiled loop, nothing kept from
+  plan to plan but what the graph fixes: the least a full evaluation built from the same
+  parts costs;
 * *delta*: :class:`sim.DeltaEvaluator` (8 snapshots a run, the last four plans kept).
 
 Under ``fcfs`` and ``none`` links, whose runs resume from snapshots, and ``fair`` links,
@@ -39,7 +40,11 @@ place), laid out from the plan's arrays: there *delta* is itself a fresh compile
 Every score of each equals the full simulation's in the search (the script stops on the
 first that does not).
 
-    python -m benchmarks.delta_bound [--evals 200] [--rounds 3] [--out F]
+    python -m benchmarks.delta_bound [--evals 200] [--rounds 3] [--tune] [--out F]
+
+With ``--tune``, only fresh against resumed runs on layered DAGs apart from the benchmark's
+(:data:`TUNING_SIZES` ops, width 50, seed 1): what :data:`sim.delta.RESUME_ABOVE` is chosen
+on.
 """
 
 from __future__ import annotations
@@ -56,12 +61,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.machine import describe, record
-from hwmodels import Cluster, RooflineCost, get_cluster
+from hwmodels import RooflineCost, get_cluster
 from policies import plan
 from policies.plans import Plan
-from sim import compiled, evaluator, simulate
+from sim import evaluator, simulate
 from sim.delta import DeltaEvaluator, divergence
-from sim.slots import Slots
 from workloads import build_model, training_graph
 from workloads.graph import Graph
 from workloads.synthetic import layered_dag
@@ -83,27 +87,6 @@ def changed_share(start: np.ndarray, end: np.ndarray, new_start: np.ndarray,
     """The share of ops that start or end at another time in the new run."""
     moved = (start != new_start) | (end != new_end)
     return float(np.count_nonzero(moved)) / max(len(start), 1)
-
-
-def fresh_evaluator(cluster: Cluster, cost: Any, links: str) -> Callable[[Plan], float]:
-    """Each plan's arrays run from the start by the compiled loop (the graph's part built
-    once): a makespan, infinity where the plan does not fit."""
-    slots: dict[int, Slots] = {}
-    contention = links == "fcfs"
-
-    def evaluate(p: Plan) -> float:
-        s = slots.get(id(p.graph))
-        if s is None:
-            s = slots[id(p.graph)] = Slots(p.graph, cluster, cost)
-        inputs = s.inputs(p)
-        run = s.state(inputs, record=False)
-        compiled.begin(s.columns, inputs, run, contention)
-        compiled.advance(s.columns, inputs, run, contention, 2**62)
-        fits = bool((run.nxt == inputs.order_off[1:]).all()
-                    and (run.peak <= s.columns.capacity).all())
-        return float(run.clock[1]) if fits else math.inf
-
-    return evaluate
 
 
 def copies(candidates: list[Plan]) -> list[Plan]:
@@ -165,7 +148,8 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int,
                             Callable[[list[Plan]], list[Plan]]]] = {
         "full": (lambda: evaluator(cluster, cost, links=links), copies),
         "derived": (lambda: evaluator(cluster, cost, links=links), derived),
-        **({"fresh": (lambda: fresh_evaluator(cluster, cost, links), copies)}
+        **({"fresh": (lambda: DeltaEvaluator(cluster, cost, links=links, resume=False),
+                      copies)}
            if links != "fair" else {}),  # under fair links, delta is a fresh run itself
         "delta": (lambda: DeltaEvaluator(cluster, cost, links=links), copies)}
     times: dict[str, list[float]] = {name: [] for name in makers}
@@ -180,7 +164,8 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int,
                              if a != b)
                 raise AssertionError(f"{name} scored candidate {wrong} {scores[wrong]!r}, a "
                                      f"full simulation {expected[wrong]!r}")
-            if isinstance(scorer, DeltaEvaluator):
+            if name == "delta":
+                assert isinstance(scorer, DeltaEvaluator)
                 delta = scorer
     assert delta is not None
     saved = delta.stats["events_saved"] / (delta.stats["events_saved"]
@@ -193,13 +178,55 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int,
             f"| {ms['full'] / ms['delta']:.2f} |")
 
 
+#: Sizes of the layered DAGs (width 50, seed 1: apart from the benchmark's) on which
+#: :data:`sim.delta.RESUME_ABOVE` is chosen.
+TUNING_SIZES = (3000, 5000, 7000, 10_000, 20_000)
+
+
+def tune(evals: int, rounds: int) -> list[str]:
+    """Fresh compiled runs against runs resumed from snapshots, ``fcfs`` links, on the
+    tuning graphs: where resuming starts to pay."""
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    lines = ["| ops | fresh ms/eval | resumed ms/eval | fresh / resumed |",
+             "|---:|---:|---:|---:|"]
+    for n in TUNING_SIZES:
+        graph = layered_dag(n, width=50, seed=1)
+        seen: list[Plan] = []
+        walk = DeltaEvaluator(cluster, cost)
+
+        def record_plan(p: Plan, walk: DeltaEvaluator = walk, seen: list[Plan] = seen
+                        ) -> float:
+            seen.append(p)
+            return walk(p)
+
+        plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost,
+             evaluate=record_plan)
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for _ in range(rounds):
+            for resume in times:
+                scorer = DeltaEvaluator(cluster, cost, resume=resume)
+                times[resume].append(timed_pass(scorer, copies(seen))[0])
+        fresh, resumed = (statistics.median(times[r]) * 1e3 for r in (False, True))
+        lines.append(f"| {n:,} | {fresh:.2f} | {resumed:.2f} | {fresh / resumed:.2f} |")
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evals", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3,
                         help="passes of each evaluator over the candidates (median kept)")
+    parser.add_argument("--tune", action="store_true",
+                        help="only the tuning graphs that sim.delta.RESUME_ABOVE is chosen on")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
+    if args.tune:
+        return record([f"{describe()}, {datetime.date.today()}",
+                       f"command: python -m benchmarks.delta_bound --tune --evals "
+                       f"{args.evals} --rounds {args.rounds}", "",
+                       *tune(args.evals, args.rounds)], args.out)
     lines = [f"{describe()}, {datetime.date.today()}",
              f"command: python -m benchmarks.delta_bound --evals {args.evals} "
              f"--rounds {args.rounds}", "",

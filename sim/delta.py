@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from sim.compiled import PlanInputs, State
     from sim.slots import Slots
 
-__all__ = ["DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
+__all__ = ["RESUME_ABOVE", "DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
 
 #: The link models whose runs resume from a snapshot: those whose state is the compiled
 #: loop's arrays alone (``fair``'s flow table is laid out per plan).
@@ -60,6 +60,13 @@ _LINKS = (FirstComeFirstServed, NoContention)
 #: before comparing orders (comparing every order is the cheaper on the benchmark's four
 #: devices and far the dearer on 1,024; 32, between them, is not measured).
 _FEW_DEVICES = 32
+#: Graphs of more ops than this are searched with runs resumed from snapshots
+#: (:func:`search_evaluator`); on smaller ones taking snapshots costs more than resuming
+#: saves. Chosen on layered DAGs apart from the benchmark's (width 50, seed 1; the
+#: benchmark's are width 100, seed 0): a fresh compiled run took 0.85, 0.98, 0.97, 0.99 and
+#: 1.16 times a resumed one at 3k, 5k, 7k, 10k and 20k ops (``benchmarks/delta_bound.py
+#: --tune``).
+RESUME_ABOVE = 10_000
 #: A compiled search's transfer numbers start again once more than this beyond twice the
 #: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
 RENUMBER_SLACK = 1024
@@ -70,19 +77,22 @@ def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: 
     """The simulator as a search's evaluator for ``graph``: a :class:`DeltaEvaluator`
     where it runs plans in the compiled loop from their arrays (plan order, ``fcfs``,
     ``none`` or ``fair`` links, no shared hosts; faster than the full simulation at every
-    size measured, 694 ops and up, ``benchmarks/delta_bound.py``), else the full simulation
-    (:func:`sim.evaluator`); either scores every plan alike, to the bit.
+    size measured, 694 ops and up, ``benchmarks/delta_bound.py``), resuming from snapshots
+    only on graphs of more than :data:`RESUME_ABOVE` ops; else the full simulation
+    (:func:`sim.evaluator`). Each scores every plan alike, to the bit.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
     >>> c = get_cluster("quad-v100-nvlink")
     >>> cost = RooflineCost(c)
-    >>> type(search_evaluator(build_model("mlp"), c, cost, links="fair")).__name__
-    'DeltaEvaluator'
+    >>> e = search_evaluator(build_model("mlp"), c, cost, links="fair")
+    >>> type(e).__name__, e.resume
+    ('DeltaEvaluator', False)
     >>> search_evaluator(build_model("mlp"), c, cost, order="priority").__name__
     'evaluate'
     """
-    delta = DeltaEvaluator(cluster, cost, links=links, order=order)
+    delta = DeltaEvaluator(cluster, cost, links=links, order=order,
+                           resume=len(graph) > RESUME_ABOVE)
     return delta if delta.compiled else evaluator(cluster, cost, links=links, order=order)
 
 
@@ -231,8 +241,10 @@ class DeltaEvaluator:
     8: a compiled run's events cost so little that more snapshots cost more to take than
     they save, 1.82 ms per evaluation at 8 against 1.92 at 16 and 2.00 at 4 on a 5k-op
     tuning graph apart from the benchmark's);
-    ``keep`` how many plans' snapshots are kept. ``stats`` counts the events simulated and
-    those a restore saved.
+    ``keep`` how many plans' snapshots are kept. With ``resume=False`` no snapshot is
+    taken and every plan runs from its start in the compiled loop (what
+    :func:`search_evaluator` takes on graphs of up to :data:`RESUME_ABOVE` ops, where that is
+    the faster). ``stats`` counts the events simulated and those a restore saved.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan
@@ -250,7 +262,8 @@ class DeltaEvaluator:
     """
 
     def __init__(self, cluster: Cluster, cost: CostModel, *, links: str = "fcfs",
-                 order: str = "plan", snapshots: int | None = None, keep: int = 4) -> None:
+                 order: str = "plan", snapshots: int | None = None, keep: int = 4,
+                 resume: bool = True) -> None:
         require(order, ORDER_REGISTRY, ORDERS, "evaluator", "order")
         require(links, LINK_REGISTRY, LINK_MODELS, "evaluator", "links")
         for name, value in (("snapshots", 8 if snapshots is None else snapshots),
@@ -259,7 +272,7 @@ class DeltaEvaluator:
                 raise PlacementError(f"evaluator: {name} must be an int >= 1, got {value!r}")
         cost.check_cluster(cluster, "evaluator")
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
-        self.keep = keep
+        self.keep, self.resume = keep, bool(resume)
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now: its type says how plans run
         # runs whose state is the compiled loop's arrays alone resume from snapshots
@@ -344,6 +357,10 @@ class DeltaEvaluator:
         assert self.slots is not None
         p = self.slots.inputs(plan)
         run = self.slots.state(p, record=False)
+        if not self.resume:  # from the start, nothing kept
+            compiled.begin(g, p, run, self.contention)
+            self.stats["events_run"] += compiled.advance(g, p, run, self.contention, 2**62)
+            return self._score(run, p)
         kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
         found = self._base(p)
         if found is None:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import Plan, order_by_priority, plan
 from sim import evaluator, simulate
-from sim.delta import DeltaEvaluator, divergence
+from sim.delta import DeltaEvaluator, divergence, search_evaluator
 from tests.helpers import FixedCost, op, toy_cluster
 from tests.sim.test_compiled import with_memory
 from tests.sim.test_flows import instances
@@ -105,11 +105,13 @@ def test_nothing_differs_before_the_divergence(instance, links: str, seed: int) 
 
 
 @settings(max_examples=40, deadline=None)
-@given(instances(), st.sampled_from(["fcfs", "fair", "none"]), st.integers(0, 2**32 - 1))
-def test_every_move_scores_as_the_full_simulation(instance, links: str, seed: int) -> None:  # type: ignore[no-untyped-def]
+@given(instances(), st.sampled_from(["fcfs", "fair", "none"]), st.integers(0, 2**32 - 1),
+       st.booleans())
+def test_every_move_scores_as_the_full_simulation(instance, links: str, seed: int,  # type: ignore[no-untyped-def]
+                                                  resume: bool) -> None:
     p, cluster, cost = instance
     rng = np.random.default_rng(seed)
-    evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=8, keep=2)
+    evaluate = DeltaEvaluator(cluster, cost, links=links, snapshots=8, keep=2, resume=resume)
     for _ in range(12):
         assert evaluate(p) == score(p, cluster, cost, links)
         p = moved(p, rng, cluster.device_names)
@@ -253,3 +255,20 @@ def test_what_it_does_not_cover_is_simulated_in_full() -> None:
     dp = data_parallel(graph, c, cost, replicas=4)  # a collective: lowered, in full
     evaluate = DeltaEvaluator(c, cost)
     assert evaluate(dp) == simulate(dp, c, cost).makespan_s
+
+
+def test_a_search_resumes_runs_only_on_large_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sim.delta
+
+    c = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(c)
+    graph = build_model("mlp", batch=8)
+    small = search_evaluator(graph, c, cost)
+    q = plan(graph, c, "mcmc:evals=40", cost, evaluate=small)
+    assert isinstance(small, DeltaEvaluator) and not small.resume
+    assert small.stats["restored"] == 0 and q.info["score_s"] == simulate(q, c, cost).makespan_s
+    monkeypatch.setattr(sim.delta, "RESUME_ABOVE", len(graph) - 1)
+    large = search_evaluator(graph, c, cost)
+    assert isinstance(large, DeltaEvaluator) and large.resume
+    assert plan(graph, c, "mcmc:evals=40", cost, evaluate=large).placement == q.placement
+    assert large.stats["restored"] > 0
