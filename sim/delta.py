@@ -63,10 +63,10 @@ _FEW_DEVICES = 32
 #: Graphs of more ops than this are searched with runs resumed from snapshots
 #: (:func:`search_evaluator`); on smaller ones taking snapshots costs more than resuming
 #: saves. Chosen on layered DAGs apart from the benchmark's (width 50, seed 1; the
-#: benchmark's are width 100, seed 0): a fresh compiled run took 0.85, 0.98, 0.97, 0.99 and
-#: 1.16 times a resumed one at 3k, 5k, 7k, 10k and 20k ops (``benchmarks/delta_bound.py
-#: --tune``).
-RESUME_ABOVE = 10_000
+#: benchmark's are width 100, seed 0): a fresh compiled run took 0.87, 0.95, 0.95, 1.05 and
+#: 1.29 times a resumed one at 3k, 5k, 7k, 10k and 20k ops (``benchmarks/delta_bound.py
+#: --tune``, RESULTS.md), so between 7k and 10k.
+RESUME_ABOVE = 8_000
 #: A compiled search's transfer numbers start again once more than this beyond twice the
 #: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
 RENUMBER_SLACK = 1024
