@@ -193,20 +193,26 @@ def tune(evals: int, rounds: int) -> list[str]:
     for n in TUNING_SIZES:
         graph = layered_dag(n, width=50, seed=1)
         seen: list[Plan] = []
-        walk = DeltaEvaluator(cluster, cost)
+        scored: list[float] = []
 
-        def record_plan(p: Plan, walk: DeltaEvaluator = walk, seen: list[Plan] = seen
+        def record_plan(p: Plan, seen: list[Plan] = seen, scored: list[float] = scored
                         ) -> float:
+            r = simulate(p, cluster, cost)
             seen.append(p)
-            return walk(p)
+            scored.append(r.makespan_s if r.feasible else math.inf)
+            return scored[-1]
 
         plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost,
              evaluate=record_plan)
         times: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(rounds):
             for resume in times:
-                scorer = DeltaEvaluator(cluster, cost, resume=resume)
-                times[resume].append(timed_pass(scorer, copies(seen))[0])
+                seconds, scores = timed_pass(DeltaEvaluator(cluster, cost, resume=resume),
+                                             copies(seen))
+                if scores != scored:
+                    raise AssertionError(f"resume={resume} scored other than a full "
+                                         f"simulation at {n} ops")
+                times[resume].append(seconds)
         fresh, resumed = (statistics.median(times[r]) * 1e3 for r in (False, True))
         lines.append(f"| {n:,} | {fresh:.2f} | {resumed:.2f} | {fresh / resumed:.2f} |")
         print(lines[-1], flush=True)

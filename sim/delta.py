@@ -272,7 +272,7 @@ class DeltaEvaluator:
                 raise PlacementError(f"evaluator: {name} must be an int >= 1, got {value!r}")
         cost.check_cluster(cluster, "evaluator")
         self.cluster, self.cost, self.links, self.order = cluster, cost, links, order
-        self.keep, self.resume = keep, bool(resume)
+        self.keep = keep
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now: its type says how plans run
         # runs whose state is the compiled loop's arrays alone resume from snapshots
@@ -281,6 +281,9 @@ class DeltaEvaluator:
         #: Whether plans run in the compiled loop from their arrays (``fair`` links too,
         #: from the start each time); else :func:`sim.simulate` scores them.
         self.compiled = self.delta or (runs_compiled and type(self.part) is FairSharing)
+        #: Whether runs resume from snapshots (asked for, and where they can: not under
+        #: ``fair`` links, whose runs start afresh each time).
+        self.resume = bool(resume) and self.delta
         self.n_snapshots = snapshots or 8
         self.renumber_slack = RENUMBER_SLACK
         self.contention = type(self.part) is FirstComeFirstServed
@@ -298,6 +301,8 @@ class DeltaEvaluator:
         if not self.compiled or plan.device_groups:
             result = simulate(plan, self.cluster, self.cost, links=self.links,
                               order=self.order)
+            self.last_memory = {"peak_bytes": dict(result.peak_memory_bytes),
+                                "held_at_end_bytes": dict(result.resident_bytes)}
             return result.makespan_s if result.feasible else math.inf
         if (plan.cluster_hash and plan.cluster_hash != self.cluster.definition_hash) or \
                 not self.names.issuperset(plan.order):

@@ -254,7 +254,12 @@ def test_what_it_does_not_cover_is_simulated_in_full() -> None:
 
     dp = data_parallel(graph, c, cost, replicas=4)  # a collective: lowered, in full
     evaluate = DeltaEvaluator(c, cost)
-    assert evaluate(dp) == simulate(dp, c, cost).makespan_s
+    evaluate(p)
+    full = simulate(dp, c, cost)
+    assert evaluate(dp) == full.makespan_s
+    assert evaluate.last_memory == {"peak_bytes": full.peak_memory_bytes,  # dp's, not p's
+                                    "held_at_end_bytes": full.resident_bytes}
+    assert not DeltaEvaluator(c, cost, links="fair", resume=True).resume  # never under fair
 
 
 def test_a_search_resumes_runs_only_on_large_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
