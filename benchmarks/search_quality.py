@@ -95,7 +95,8 @@ class Cell:
 
     @property
     def far(self) -> bool:
-        return self.best[0] / self.bound > 1.10
+        # a cell every heuristic ran out of memory on has no heuristic to compare with
+        return bool(np.isfinite(self.best[0])) and self.best[0] / self.bound > 1.10
 
 
 def cells(quick: bool) -> Iterator[Cell]:

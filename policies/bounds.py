@@ -147,14 +147,19 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     floor = lower_bound(graph, cluster, cost)
     a = graph.arrays
     n = len(a.names)
-    if n == 0 or floor <= 0:
+    if n == 0:
         return floor
-    times = least_times(graph, cluster, cost) / floor  # in units of the floor: T near 1
+    times = least_times(graph, cluster, cost)
+    crossing = _fastest_crossings(graph, cluster, cost)
+    # in units of the floor (T near 1), or of the longest crossing where ops take no time
+    unit = floor if floor > 0 else float(crossing.max(initial=0.0))
+    if unit <= 0:
+        return floor
+    times, crossing = times / unit, crossing / unit
     times, streams = _device_classes(cluster, times)
     n_dev = len(streams)
     able = np.isfinite(times)
     t = np.where(able, times, 0.0)
-    crossing = _fastest_crossings(graph, cluster, cost) / floor
     src, dst, e = a.edge_src, a.edge_dst, len(a.edge_src)
     # columns: x[i, k] (i * n_dev + k: op i's share on device class k), start[i], z[edge], T
     start, z, makespan = n * n_dev, n * n_dev + n, n * n_dev + n + e
@@ -194,7 +199,7 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
                   method="highs")
     if res.status != 0:  # feasible and bounded by design; HiGHS refuses programs scaled
         return floor     # past about 1e15 (a transfer that long against the floor)
-    return max(floor, float(res.fun) * floor * (1 - LP_SLACK))
+    return max(floor, float(res.fun) * unit * (1 - LP_SLACK))
 
 
 def _device_classes(cluster: Cluster, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -71,6 +71,16 @@ def test_a_tensor_between_ops_that_run_on_different_devices_pays_its_transfer() 
     assert relaxation_bound(g, cluster, cost) == pytest.approx(7.5, rel=2 * LP_SLACK)
 
 
+def test_ops_that_take_no_time_still_pay_a_forced_crossing() -> None:
+    cluster = toy_cluster(2, bandwidth=1e9, latency_s=0.5)
+    g = Graph("ab", [op("a", nbytes=4 * 10**9), op("b", ("a",))])
+    cost = TableCost(cluster, {"a": {"d0": 0.0}, "b": {"d1": 0.0}})
+    run = simulate(Plan(g, {"a": "d0", "b": "d1"}, {"d0": ["a"], "d1": ["b"]}), cluster,
+                   cost).makespan_s
+    assert lower_bound(g, cluster, cost) == 0.0 and run == 4.5
+    assert relaxation_bound(g, cluster, cost) == pytest.approx(run, rel=2 * LP_SLACK)
+
+
 def test_on_identical_devices_it_is_the_simple_bound() -> None:
     cluster = toy_cluster(4)
     g = Graph("fan", [op("s"), *(op(f"m{i}", ("s",)) for i in range(6)),
