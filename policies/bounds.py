@@ -22,14 +22,13 @@ can tell apart (:meth:`hwmodels.cost.CostModel.least_op_times`).
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
-from workloads.errors import PlacementError, UnsupportedOp
+from policies.problem import times_by_device
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
@@ -56,28 +55,10 @@ def least_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
     (7, 2)
     """
     a = graph.arrays
-    columns = []
-    for d in cluster.device_names:
-        try:
-            columns.append(cost.least_op_times(graph, d))
-        except UnsupportedOp:
-            columns.append([_alone(cost, graph, name, d) for name in a.names])
-    times = np.asarray(columns, dtype=float).T.reshape(len(a.names), len(columns))
-    nowhere = np.flatnonzero(np.isinf(times).all(axis=1))
-    if len(nowhere):
-        name = a.names[int(nowhere[0])]
-        raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
-                             f"of cluster {cluster.name!r}")
+    times = times_by_device(graph, cluster, cost, lambda d: cost.least_op_times(graph, d))
     if graph.collectives:
         times[[a.position[name] for name in graph.collectives]] = 0.0
     return times
-
-
-def _alone(cost: CostModel, graph: Graph, name: str, device: str) -> float:
-    try:
-        return cost.op_time(graph.op(name), device)
-    except UnsupportedOp:
-        return math.inf
 
 
 def fastest_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:

@@ -18,7 +18,7 @@ group's memory.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -32,9 +32,46 @@ from workloads.graph import Graph
 
 if TYPE_CHECKING:
     from policies.plans import Plan
+    from workloads.graph import Op
 
-__all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "out_of_memory",
+__all__ = ["MemoryBook", "Pins", "Problem", "model_makespan", "out_of_memory", "times_by_device",
            "plan_memory_used", "schedule_length"]
+
+
+def times_by_device(graph: Graph, cluster: Cluster, cost: CostModel,
+                    column: Callable[[str], list[float]]) -> np.ndarray:
+    """``times[i, d]``: ``column(device)`` for each device, ops in ``graph.arrays`` order;
+    where the model refuses a column, each op priced alone (:meth:`CostModel.op_time`),
+    infinite where it cannot run. An op no device runs is refused by name.
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from workloads import build_model
+    >>> c, g = get_cluster("workstation"), build_model("mlp")
+    >>> cost = RooflineCost(c)
+    >>> times_by_device(g, c, cost, lambda d: cost.least_op_times(g, d)).shape
+    (7, 2)
+    """
+    names = graph.arrays.names
+    columns = []
+    for d in cluster.device_names:
+        try:
+            columns.append(column(d))
+        except UnsupportedOp:
+            columns.append([_alone(cost, graph.op(name), d) for name in names])
+    times = np.asarray(columns, dtype=float).T.reshape(len(names), len(columns))
+    unplaceable = np.flatnonzero(np.isinf(times).all(axis=1))
+    if len(unplaceable):
+        name = names[int(unplaceable[0])]
+        raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
+                             f"of cluster {cluster.name!r}")
+    return times
+
+
+def _alone(cost: CostModel, op: Op, device: str) -> float:
+    try:
+        return cost.op_time(op, device)
+    except UnsupportedOp:
+        return float("inf")
 
 
 class Problem:
@@ -68,20 +105,9 @@ class Problem:
 
     def _op_times(self) -> np.ndarray:
         """``times[i, d]``: seconds op ``i`` takes on device ``d`` (inf if it cannot run)."""
-        graph, cost = self.graph, self.cost
-        columns = []
-        for d in self.devices:
-            try:
-                columns.append(cost.op_times(graph, dict.fromkeys(self.names, d)))
-            except UnsupportedOp:
-                columns.append([self._one(name, d) for name in self.names])
-        times = np.asarray(columns, dtype=float).T.reshape(self.n, len(self.devices))
-        unplaceable = np.flatnonzero(np.isinf(times).all(axis=1))
-        if len(unplaceable):
-            name = self.names[int(unplaceable[0])]
-            raise PlacementError(f"op {name!r} ({graph.op(name).dtype}) can run on no device "
-                                 f"of cluster {self.cluster.name!r}")
-        return times
+        graph, cost, names = self.graph, self.cost, self.names
+        return times_by_device(graph, self.cluster, cost,
+                               lambda d: cost.op_times(graph, dict.fromkeys(names, d)))
 
     def _init_groups(self, graph: Graph) -> None:
         #: group index of each op (-1: none); the ops of each group; each group's lead.
@@ -131,12 +157,6 @@ class Problem:
     def follow_leads(self, where: list[int]) -> list[int]:
         """``where`` with every op of a group on the device of the group's lead."""
         return [where[r] for r in self.node_of]
-
-    def _one(self, name: str, device: str) -> float:
-        try:
-            return self.cost.op_time(self.graph.op(name), device)
-        except UnsupportedOp:
-            return float("inf")
 
     @cached_property
     def mean_times(self) -> np.ndarray:
