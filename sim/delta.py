@@ -48,7 +48,7 @@ from workloads.errors import PlacementError
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
-    from sim.compiled import PlanInputs, State
+    from sim.compiled import FairInputs, PlanInputs, State
     from sim.slots import Slots
 
 __all__ = ["RESUME_ABOVE", "DeltaEvaluator", "diverge", "divergence", "search_evaluator"]
@@ -173,31 +173,6 @@ def _ready(a: GraphArrays, op: int, end: np.ndarray) -> float:
     producers = a.edge_src[np.searchsorted(a.edge_dst, op):
                            np.searchsorted(a.edge_dst, op, side="right")]
     return float(end[producers].max()) if len(producers) else 0.0
-
-
-@dataclass(eq=False)
-class _FairRun:
-    """What :meth:`sim.links.FairSharing.attach` reads of a run: its cluster and devices,
-    and per transfer (in the run's order) its source and destination device, its time and
-    the copy engines it may take."""
-
-    env: None
-    cluster: Cluster
-    devices: tuple[str, ...]
-    t_src: list[int]
-    t_dst: list[int]
-    t_duration: list[float]
-    copy_free: list[list[float]]
-
-    @classmethod
-    def of(cls, cluster: Cluster, p: PlanInputs, number: np.ndarray, a: GraphArrays
-           ) -> _FairRun:
-        """The transfers ``number`` of plan ``p``, in that order."""
-        tensor = p.k_tensor[number]
-        return cls(None, cluster, cluster.device_names,
-                   p.op_dev[a.tensor_producer[tensor]].tolist(), p.k_dst[number].tolist(),
-                   p.k_duration[number].tolist(),
-                   [[0.0] * d.copy_engines for d in cluster.devices])
 
 
 @dataclass(eq=False)
@@ -333,17 +308,21 @@ class DeltaEvaluator:
         link model for this plan's transfers (numbered from its arrays, in
         ``plan.transfers`` order, so ties end as in :func:`sim.simulate`), then the
         compiled loop."""
-        from sim import compiled
-
         slots = self._slots(plan)
         p = slots.inputs(plan)
         number = slots.transfer_numbers(p)
-        part = self.part.clone()
-        part.attach(_FairRun.of(self.cluster, p, number, plan.graph.arrays))
-        run = slots.state(p, record=False)
-        fair = fair_inputs(part, p, number)
-        compiled.begin(slots.columns, p, run, False, fair)
-        self.stats["events_run"] += compiled.advance(slots.columns, p, run, False, 2**62, fair)
+        return self._fresh(p, fair_inputs(self.part.clone(), self.cluster, p, number,
+                                          plan.graph.arrays.tensor_producer))
+
+    def _fresh(self, p: PlanInputs, fair: FairInputs | None = None) -> float:
+        """``p`` run from its start, nothing kept."""
+        from sim import compiled
+
+        assert self.slots is not None
+        run = self.slots.state(p, record=False)
+        compiled.begin(self.slots.columns, p, run, self.contention, fair)
+        self.stats["events_run"] += compiled.advance(self.slots.columns, p, run,
+                                                     self.contention, 2**62, fair)
         return self._score(run, p)
 
     def _score(self, run: State, p: PlanInputs) -> float:
@@ -361,11 +340,9 @@ class DeltaEvaluator:
         g = self._slots(plan).columns
         assert self.slots is not None
         p = self.slots.inputs(plan)
+        if not self.resume:
+            return self._fresh(p)
         run = self.slots.state(p, record=False)
-        if not self.resume:  # from the start, nothing kept
-            compiled.begin(g, p, run, self.contention)
-            self.stats["events_run"] += compiled.advance(g, p, run, self.contention, 2**62)
-            return self._score(run, p)
         kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
         found = self._base(p)
         if found is None:

@@ -39,7 +39,8 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 
@@ -426,15 +427,10 @@ class CompiledRun(Simulation):
         self.capacity, self.used, self.resident = (self.memory.capacity, self.memory.used,
                                                    self.memory.resident)
         self.peak, self.timeline = self.memory.peak, self.memory.timeline
-        self.fair = None if fair is None else self._fair(fair)
-
-    def _fair(self, part: FairSharing) -> Any:
-        """The fair model's flows, latencies and volumes as the Python loop's part lays
-        them out for this plan (its flows in ``plan.transfers`` order, so ties end alike)."""
-        self.t_duration = self.inputs.k_duration[self.number].tolist()
-        self.copy_free = [[0.0] * self.cluster.device(d).copy_engines for d in self.devices]
-        part.attach(self)
-        return fair_inputs(part, self.inputs, self.number)
+        # under fair links, the flows laid out as the Python loop's part lays them out for
+        # this plan (in plan.transfers order, so ties end alike)
+        self.fair = None if fair is None else fair_inputs(fair, cluster, self.inputs,
+                                                          self.number, a.tensor_producer)
 
     def run(self) -> None:
         from sim import compiled
@@ -506,12 +502,35 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     return result
 
 
-def fair_inputs(part: FairSharing, inputs: PlanInputs, number: np.ndarray) -> FairInputs:
-    """The compiled loop's view of ``part``, attached to a run whose transfers are the
-    numbers ``number`` of ``inputs`` in that order: its flow table, each number's flow and
-    each flow's number, latency and volume."""
+@dataclass(eq=False)
+class _Transfers:
+    """What :meth:`sim.links.FairSharing.attach` reads of a run: its cluster and devices,
+    and per transfer (in the run's order) its source and destination device, its time and
+    the copy engines it may take."""
+
+    env: None
+    cluster: Cluster
+    devices: tuple[str, ...]
+    t_src: list[int]
+    t_dst: list[int]
+    t_duration: list[float]
+    copy_free: list[list[float]]
+
+
+def fair_inputs(part: FairSharing, cluster: Cluster, inputs: PlanInputs, number: np.ndarray,
+                producer: np.ndarray) -> FairInputs:
+    """``part`` attached to the transfers ``number`` of ``inputs`` in that order (their
+    tensors made by ``producer``, the graph's ``tensor_producer``), as the compiled loop
+    takes it: its flow table, each number's flow and each flow's number, latency and
+    volume."""
     from sim.compiled import FairInputs
 
+    tensor = inputs.k_tensor[number]
+    view = _Transfers(None, cluster, cluster.device_names,
+                      inputs.op_dev[producer[tensor]].tolist(), inputs.k_dst[number].tolist(),
+                      inputs.k_duration[number].tolist(),
+                      [[0.0] * d.copy_engines for d in cluster.devices])
+    part.attach(cast(Simulation, view))  # the fields of a run that attach reads
     flow_of = np.full(len(inputs.k_tensor), -1, np.int64)
     flow_of[number] = np.arange(len(number))
     return FairInputs(part.flows.floats, part.flows.ints, flow_of, number.astype(np.int64),
