@@ -1,6 +1,6 @@
-"""How ``mcmc``'s default ``beta`` was chosen: on sets kept apart from everything
-``benchmarks/search_quality.py`` reports, so that its figures are on instances the choice
-never saw.
+"""How ``mcmc``'s defaults (``beta``, ``segments``, ``keyed``) were chosen: on sets kept
+apart from everything ``benchmarks/search_quality.py`` reports, so that its figures are on
+instances the choice never saw.
 
 1. **small graphs**: random DAGs of 8-12 ops, seeds :data:`TUNING_SEEDS` (the benchmark
    reports :data:`benchmarks.search_quality.REPORTED_SEEDS`), against the MILP optimum
@@ -10,11 +10,13 @@ never saw.
    the simulator (fair links) as evaluator, 2,000 evaluations: the gain over the best
    one-shot heuristic.
 
-Each ``--betas`` value with the default ``segments``, then each ``--segments`` value with
-the default ``beta``; the small graphs' segment rows let runs of units move on graphs of
-any size (by default they move only on graphs of more than 32 units).
+Each ``--betas`` value with the other defaults, then each ``--segments`` value, then each
+``--keyed`` share; the small graphs' segment and keyed rows let runs of units move, and the
+priority search run, on graphs of any size (by default both only on graphs of more than
+32 units).
 
-    python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3] [--out F]
+    python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
+                                       [--keyed 0,0.25,0.5,0.75] [--out F]
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from policies import plan, search
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
 from policies.problem import model_makespan
-from policies.search import MCMC, SEGMENT_FROM, contention_free
+from policies.search import KEYED_FROM, MCMC, SEGMENT_FROM, contention_free
 from workloads import build_model, training_graph
 
 #: Seeds of the small graphs beta is chosen on.
@@ -60,37 +62,41 @@ def tuning_cells() -> list[Cell]:
     return out
 
 
-def _settings(betas: list[float], segments: list[float]) -> list[tuple[str, MCMC]]:
+def _settings(betas: list[float], segments: list[float], keyed: list[float]
+              ) -> list[tuple[str, MCMC]]:
     return ([(f"beta {b:g}", MCMC(beta=b)) for b in betas]
-            + [(f"segments {g:g}", MCMC(segments=g)) for g in segments])
+            + [(f"segments {g:g}", MCMC(segments=g)) for g in segments]
+            + [(f"keyed {k:g}", MCMC(keyed=k)) for k in keyed])
 
 
-def small_graphs(betas: list[float], segments: list[float]) -> list[str]:
+def small_graphs(betas: list[float], segments: list[float], keyed: list[float]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
     optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
               for seed, g in graphs.items()}
     lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
-    for label, policy in _settings(betas, segments):
+    for label, policy in _settings(betas, segments, keyed):
         if label.startswith("segments"):
             search.SEGMENT_FROM = 0  # runs of units on graphs of any size
+        if label.startswith("keyed"):
+            search.KEYED_FROM = 0  # the priority search on graphs of any size
         try:
             gaps = np.array([model_makespan(plan(g, cluster, policy.clone().set_params(
                 seed=seed), cost, evaluate=contention_free(cluster, cost)), cluster, cost)
                 / optima[seed] - 1 for seed, g in graphs.items()])
         finally:
-            search.SEGMENT_FROM = SEGMENT_FROM
+            search.SEGMENT_FROM, search.KEYED_FROM = SEGMENT_FROM, KEYED_FROM
         lines.append(f"| {label} | {int((gaps <= 1e-9).sum())} of {len(gaps)} | "
                      f"{gaps.mean():.2%} | {gaps.max():.2%} |")
     return lines
 
 
-def large_graphs(betas: list[float], segments: list[float]) -> list[str]:
+def large_graphs(betas: list[float], segments: list[float], keyed: list[float]) -> list[str]:
     cells = tuning_cells()
     lines = ["| setting | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
              + " | median |", "|---|" + "---:|" * (len(cells) + 1)]
-    for label, policy in _settings(betas, segments):
+    for label, policy in _settings(betas, segments, keyed):
         gains = [searched(c, policy)[0]["gain_vs_heuristic"] for c in cells]
         lines.append(f"| {label} | " + " | ".join(f"{g:+.1%}" for g in gains)
                      + f" | {np.median(gains):+.1%} |")
@@ -101,18 +107,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--betas", default="0.1,0.2,0.4")
     parser.add_argument("--segments", default="0,0.15,0.3")
+    parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
     parser.add_argument("--out")
     args = parser.parse_args()
-    betas = [float(b) for b in args.betas.split(",")]
-    segments = [float(g) for g in args.segments.split(",")]
+    betas, segments, keyed = ([float(x) for x in text.split(",") if x]
+                              for text in (args.betas, args.segments, args.keyed))
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python -m benchmarks.search_tuning --betas {args.betas} "
-             f"--segments {args.segments}", "",
+             f"--segments {args.segments} --keyed {args.keyed}", "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
-             *small_graphs(betas, segments), "",
+             *small_graphs(betas, segments, keyed), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "
-             "2,000 evals:", "", *large_graphs(betas, segments), "",
+             "2,000 evals:", "", *large_graphs(betas, segments, keyed), "",
              f"total {time.perf_counter() - start:.0f} s"]
     print(record(lines, args.out), end="")
 

@@ -151,7 +151,20 @@ class _InsertionScheduler(PlacementPolicy):
 
     def _schedule(self, p: Problem) -> Placement:
         priority = self.priorities(p)
-        state = self.prepare(p, priority)
+        return self.decode(p, priority, self.prepare(p, priority))
+
+    def decode(self, p: Problem, priority: list[float], state: Any = None) -> Placement:
+        """The schedule that ``priority`` gives: the highest-priority ready op first, each
+        where :meth:`choose` says (``state``: what :meth:`prepare` returned). A search
+        over priorities (:mod:`policies.keys`) decodes each candidate so.
+
+        >>> from hwmodels import RooflineCost, get_cluster
+        >>> from workloads import build_model
+        >>> g, c = build_model("mlp", batch=8), get_cluster("quad-v100-nvlink")
+        >>> p = Problem(g, c, RooflineCost(c))
+        >>> HEFT().decode(p, p.upward_rank()) == HEFT().place(g, c, RooflineCost(c))
+        True
+        """
         lines = [Timeline() for _ in p.devices]
         for line, busy in zip(lines, p.busy, strict=True):
             if busy > 0:  # other jobs' work (op -1, left out of orders), queued from before

@@ -1,0 +1,108 @@
+"""The search over list-scheduling priorities (``mcmc``'s keyed phase): its decoder against
+HEFT's published schedule and the contention-free model, its budget, its bounds."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import RooflineCost, get_cluster
+from policies import plan
+from policies.keys import key_search
+from policies.listsched import HEFT
+from policies.plans import Plan
+from policies.problem import Problem, model_makespan
+from policies.search import KEYED_FROM, MCMC, contention_free
+from policies.testing import random_dag
+from sim import evaluator, simulate
+from tests.helpers import topcuoglu_instance
+from tests.policies.test_exact import brute_force_makespan, instance
+from workloads import PlacementError
+
+
+def test_the_upward_ranks_decode_to_the_papers_schedule_of_80() -> None:
+    graph, cluster, cost = topcuoglu_instance()
+    p = Problem(graph, cluster, cost)
+    placed = HEFT().decode(p, p.upward_rank())
+    assert placed.estimated_makespan_s == 80.0  # Topcuoglu et al. 2002, Fig. 3(a)
+    assert {n for n, d in placed.devices.items() if d == "p3"} == {"n1", "n3", "n5", "n7"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 14), seed=st.integers(0, 10**6),
+       keys=st.lists(st.floats(0.01, 100.0), min_size=14, max_size=14))
+def test_any_priorities_decode_to_a_valid_plan_the_contention_free_model_agrees_with(
+        n: int, seed: int, keys: list[float]) -> None:
+    graph, cluster, cost = instance(n, seed, devices=3)
+    p = Problem(graph, cluster, cost)
+    placed = HEFT().decode(p, keys[:len(p.names)])
+    made = Plan(graph, placed.devices, placed.order, priority=placed.priority)  # validates
+    assert model_makespan(made, cluster, cost) == pytest.approx(placed.estimated_makespan_s,
+                                                                rel=1e-12, abs=1e-15)
+
+
+def _counted(score):  # type: ignore[no-untyped-def]
+    seen: list[Plan] = []
+
+    def scored(p: Plan) -> float:
+        seen.append(p)
+        return float(score(p))
+
+    return scored, seen
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_search_never_beats_the_optimum_nor_loses_to_heft(seed: int) -> None:
+    graph, cluster, cost = instance(7, seed, devices=3)
+    evaluate = contention_free(cluster, cost)
+    score, seen = _counted(evaluate)
+    best, found = key_search(graph, Problem(graph, cluster, cost), score, lambda: True,
+                             np.random.default_rng(seed), 60)
+    assert len(seen) == 60
+    assert best == evaluate(found) == min(evaluate(p) for p in seen)
+    assert best <= evaluate(plan(graph, cluster, "heft", cost)) + 1e-15
+    assert brute_force_makespan(Problem(graph, cluster, cost)) - 1e-9 <= best
+
+
+def test_the_search_stops_when_told_and_a_generator_fixes_it() -> None:
+    graph, cluster, cost = instance(9, 2, devices=3)
+    problem, evaluate = Problem(graph, cluster, cost), contention_free(cluster, cost)
+    score, seen = _counted(evaluate)
+    key_search(graph, problem, score, lambda: len(seen) < 7, np.random.default_rng(0), 50)
+    assert len(seen) == 7
+    runs = [key_search(graph, problem, evaluate, lambda: True, np.random.default_rng(5), 40)
+            for _ in range(2)]
+    assert runs[0][0] == runs[1][0]
+    assert runs[0][1].placement == runs[1][1].placement
+
+
+def test_mcmc_spends_its_keyed_share_first_and_counts_it() -> None:
+    graph = random_dag(KEYED_FROM + 8, seed=4)
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    score, seen = _counted(evaluator(cluster, cost))
+    p = plan(graph, cluster, MCMC(evals=60, keyed=0.5, seed=1), cost, evaluate=score)
+    assert len(seen) == p.info["evals"] == 60
+    # the starts (3), then half of the rest (28) decoded by HEFT from perturbed priorities
+    keyed = seen[3:31]
+    assert all(k.policy == "mcmc" and k.priority for k in keyed)
+    assert p.info["keyed_score_s"] == min(evaluator(cluster, cost)(k) for k in keyed)
+    assert p.info["score_s"] <= min(p.info["keyed_score_s"], p.info["start_score_s"])
+    assert p.info["score_s"] == simulate(p, cluster, cost).makespan_s
+
+
+def test_the_keyed_phase_runs_only_on_large_graphs_and_is_a_share() -> None:
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    for n, ran in ((KEYED_FROM, False), (KEYED_FROM + 1, True)):
+        p = plan(random_dag(n, seed=1), cluster, MCMC(evals=30), cost)
+        assert (p.info["keyed_score_s"] is not None) is ran
+    off = plan(random_dag(KEYED_FROM + 1, seed=1), cluster, MCMC(evals=30, keyed=0), cost)
+    assert off.info["keyed_score_s"] is None
+    for bad in (1.5, -0.1, math.nan):
+        with pytest.raises(PlacementError, match=r"^policy 'mcmc': keyed must be"):
+            MCMC(keyed=bad)
