@@ -10,20 +10,24 @@ instances the choice never saw.
    the simulator (fair links) as evaluator, 2,000 evaluations: the gain over the best
    one-shot heuristic.
 
-Each ``--betas`` value with the other defaults, then each ``--segments`` value, then each
-``--keyed`` share; the small graphs' segment and keyed rows let runs of units move, and the
-priority search run, on graphs of any size (by default both only on graphs of more than
-32 units).
+Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
+``--keyed`` share and each ``--key-sigmas`` step of the priorities (the default 0.1 is the
+``keyed`` row of the default share); the small graphs' segment and keyed rows let runs of
+units move, and the priority search run, on graphs of any size (by default both only on
+graphs of more than 32 units).
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
-                                       [--keyed 0,0.25,0.5,0.75] [--out F]
+                                       [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
+                                       [--out F]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -31,8 +35,9 @@ from benchmarks.machine import describe, record
 from benchmarks.placement_quality import small_cluster
 from benchmarks.search_quality import Cell, heuristics, searched, small_graph
 from hwmodels import RooflineCost, get_cluster
-from policies import plan, search
+from policies import keys, plan, search
 from policies.bounds import lower_bound
+from policies.keys import KEY_SIGMA
 from policies.optimal import Optimal
 from policies.problem import model_makespan
 from policies.search import KEYED_FROM, MCMC, SEGMENT_FROM, contention_free
@@ -62,42 +67,55 @@ def tuning_cells() -> list[Cell]:
     return out
 
 
-def _settings(betas: list[float], segments: list[float], keyed: list[float]
-              ) -> list[tuple[str, MCMC]]:
+def _settings(betas: list[float], segments: list[float], keyed: list[float],
+              sigmas: list[float]) -> list[tuple[str, MCMC]]:
     return ([(f"beta {b:g}", MCMC(beta=b)) for b in betas]
             + [(f"segments {g:g}", MCMC(segments=g)) for g in segments]
-            + [(f"keyed {k:g}", MCMC(keyed=k)) for k in keyed])
+            + [(f"keyed {k:g}", MCMC(keyed=k)) for k in keyed]
+            + [(f"key sigma {x:g}", MCMC()) for x in sigmas])
 
 
-def small_graphs(betas: list[float], segments: list[float], keyed: list[float]) -> list[str]:
+@contextlib.contextmanager
+def _setting(label: str) -> Iterator[None]:
+    """The module constants a row changes, for that row: segment moves or the priority
+    search on graphs of any size (small graphs), or another step of the priorities."""
+    try:
+        if label.startswith("segments"):
+            search.SEGMENT_FROM = 0
+        if label.startswith(("keyed", "key sigma")):
+            search.KEYED_FROM = 0
+        if label.startswith("key sigma"):
+            keys.KEY_SIGMA = float(label.split()[-1])
+        yield
+    finally:
+        search.SEGMENT_FROM, search.KEYED_FROM = SEGMENT_FROM, KEYED_FROM
+        keys.KEY_SIGMA = KEY_SIGMA
+
+
+def small_graphs(settings: list[tuple[str, MCMC]]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
     optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
               for seed, g in graphs.items()}
     lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
-    for label, policy in _settings(betas, segments, keyed):
-        if label.startswith("segments"):
-            search.SEGMENT_FROM = 0  # runs of units on graphs of any size
-        if label.startswith("keyed"):
-            search.KEYED_FROM = 0  # the priority search on graphs of any size
-        try:
+    for label, policy in settings:
+        with _setting(label):
             gaps = np.array([model_makespan(plan(g, cluster, policy.clone().set_params(
                 seed=seed), cost, evaluate=contention_free(cluster, cost)), cluster, cost)
                 / optima[seed] - 1 for seed, g in graphs.items()])
-        finally:
-            search.SEGMENT_FROM, search.KEYED_FROM = SEGMENT_FROM, KEYED_FROM
         lines.append(f"| {label} | {int((gaps <= 1e-9).sum())} of {len(gaps)} | "
                      f"{gaps.mean():.2%} | {gaps.max():.2%} |")
     return lines
 
 
-def large_graphs(betas: list[float], segments: list[float], keyed: list[float]) -> list[str]:
+def large_graphs(settings: list[tuple[str, MCMC]]) -> list[str]:
     cells = tuning_cells()
     lines = ["| setting | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
              + " | median |", "|---|" + "---:|" * (len(cells) + 1)]
-    for label, policy in _settings(betas, segments, keyed):
-        gains = [searched(c, policy)[0]["gain_vs_heuristic"] for c in cells]
+    for label, policy in settings:
+        with _setting(label):
+            gains = [searched(c, policy)[0]["gain_vs_heuristic"] for c in cells]
         lines.append(f"| {label} | " + " | ".join(f"{g:+.1%}" for g in gains)
                      + f" | {np.median(gains):+.1%} |")
     return lines
@@ -108,18 +126,20 @@ def main() -> None:
     parser.add_argument("--betas", default="0.1,0.2,0.4")
     parser.add_argument("--segments", default="0,0.15,0.3")
     parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
+    parser.add_argument("--key-sigmas", default="0.05,0.2")
     parser.add_argument("--out")
     args = parser.parse_args()
-    betas, segments, keyed = ([float(x) for x in text.split(",") if x]
-                              for text in (args.betas, args.segments, args.keyed))
+    settings = _settings(*([float(x) for x in text.split(",") if x] for text in
+                           (args.betas, args.segments, args.keyed, args.key_sigmas)))
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python -m benchmarks.search_tuning --betas {args.betas} "
-             f"--segments {args.segments} --keyed {args.keyed}", "",
+             f"--segments {args.segments} --keyed {args.keyed} "
+             f"--key-sigmas {args.key_sigmas}", "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
-             *small_graphs(betas, segments, keyed), "",
+             *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "
-             "2,000 evals:", "", *large_graphs(betas, segments, keyed), "",
+             "2,000 evals:", "", *large_graphs(settings), "",
              f"total {time.perf_counter() - start:.0f} s"]
     print(record(lines, args.out), end="")
 

@@ -386,16 +386,19 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
 
 
 #: What a search policy reports of its run (``policies.search``).
-_SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "accepted", "stopped_by")
+_SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "keyed_evals", "keyed_score_s",
+                "accepted", "stopped_by")
 
 
 def _search_line(info: dict[str, Any]) -> list[str]:
     """A search's run in one line: from its start's score to its own."""
     if "score_s" not in info:
         return []
+    keyed = "" if info.get("keyed_score_s") is None else (
+        f" ({info['keyed_evals']} on HEFT's priorities, best {info['keyed_score_s'] * 1e3:.3f} ms)")
     return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
-            f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations, "
-            f"{info['accepted']} moves accepted (stopped by {info['stopped_by']})"]
+            f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations{keyed}, "
+            f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})"]
 
 
 def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:

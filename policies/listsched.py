@@ -33,7 +33,7 @@ from workloads.errors import OutOfMemory
 from workloads.graph import Graph
 
 __all__ = ["BUDGETS", "CPOP", "ETF", "HEFT", "METF", "MSCT", "TIES", "TRANSFERS",
-           "Channels"]
+           "Channels", "ready_order"]
 
 
 class Timeline:
@@ -150,13 +150,14 @@ class _InsertionScheduler(PlacementPolicy):
         return self._schedule(Problem(graph, cluster, cost, load))
 
     def _schedule(self, p: Problem) -> Placement:
-        priority = self.priorities(p)
-        return self.decode(p, priority, self.prepare(p, priority))
+        return self.decode(p, self.priorities(p))
 
-    def decode(self, p: Problem, priority: list[float], state: Any = None) -> Placement:
-        """The schedule that ``priority`` gives: the highest-priority ready op first, each
-        where :meth:`choose` says (``state``: what :meth:`prepare` returned). A search
-        over priorities (:mod:`policies.keys`) decodes each candidate so.
+    def decode(self, p: Problem, priority: list[float],
+               order: list[int] | None = None) -> Placement:
+        """The schedule that ``priority`` gives: the highest-priority ready op first
+        (:func:`ready_order`, or ``order`` where the caller has it already), each where
+        :meth:`choose` says. A search over priorities (:mod:`policies.keys`) decodes each
+        candidate so.
 
         >>> from hwmodels import RooflineCost, get_cluster
         >>> from workloads import build_model
@@ -165,17 +166,14 @@ class _InsertionScheduler(PlacementPolicy):
         >>> HEFT().decode(p, p.upward_rank()) == HEFT().place(g, c, RooflineCost(c))
         True
         """
+        state = self.prepare(p, priority)
         lines = [Timeline() for _ in p.devices]
         for line, busy in zip(lines, p.busy, strict=True):
             if busy > 0:  # other jobs' work (op -1, left out of orders), queued from before
                 line.insert(float("-inf"), busy, -1)  # now: nothing, not even 0 s, fits ahead
         where, finish = [-1] * p.n, [0.0] * p.n
         pins = Pins(p)
-        pending = _pending(p)
-        heap = [(-priority[i], i) for i in range(p.n) if not pending[i] and not p.floating[i]]
-        heapq.heapify(heap)
-        while heap:
-            _, op = heapq.heappop(heap)
+        for op in ready_order(p, priority) if order is None else order:
             ready = _data_ready_row(p, op, where, finish).tolist()
             d = pins.of(op)
             if d >= 0:
@@ -186,12 +184,34 @@ class _InsertionScheduler(PlacementPolicy):
             lines[d].insert(start, end, op)
             where[op], finish[op] = d, end
             pins.fix(op, d, where)
-            for succ, _ in p.succs[op]:
-                pending[succ] -= 1
-                if pending[succ] == 0:
-                    heapq.heappush(heap, (-priority[succ], succ))
         return _placement(p, where, [[i for i in line.ops if i >= 0] for line in lines],
                           finish, priority)
+
+
+def ready_order(p: Problem, priority: list[float]) -> list[int]:
+    """The order a static-priority list scheduler takes ops in: each time, the ready op
+    of highest priority (ties to the lower index); floating ops, done from the start, are
+    left out. It depends on the priorities and the graph only, not on where ops go.
+
+    >>> from hwmodels import RooflineCost, get_cluster
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> p = Problem(build_model("mlp", batch=8), c, RooflineCost(c))
+    >>> ready_order(p, [0.0] * p.n) == sorted(ready_order(p, [0.0] * p.n))  # a chain
+    True
+    """
+    pending = _pending(p)
+    heap = [(-priority[i], i) for i in range(p.n) if not pending[i] and not p.floating[i]]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, op = heapq.heappop(heap)
+        out.append(op)
+        for succ, _ in p.succs[op]:
+            pending[succ] -= 1
+            if pending[succ] == 0:
+                heapq.heappush(heap, (-priority[succ], succ))
+    return out
 
 
 @register_policy

@@ -33,16 +33,17 @@ default) adds a wall-clock cap at the price of that guarantee. The search restar
 it is never worse than its start. The starts are scored as their policies made them; the
 chain's global order starts as one that gives the best start's device orders back.
 
-Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.75) of the
+Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.25) of the
 evaluations left after the starts goes to a search over HEFT's priorities
 (:mod:`policies.keys`): each candidate is HEFT's list schedule under perturbed priorities,
 so a move re-places every op after the one it changed, where a chain's move leaves them all
 where they were. The chain then starts from the best of the starts and that search. The
 share was chosen on the same tuning cells (after ``beta`` and ``segments``, which were
-chosen without it): 0, 0.25, 0.5 and 0.75 gave a median gain of +0.9%, +0.8%, +0.0% and
-+1.4% over the best heuristic, with +3.6% to +8.1% and +4.9% to +6.9% on the two cells where
-it matters most; on the small graphs it cost optima (35 of 40 without it, 28 with 0.75),
-hence only on large graphs.
+chosen without it): 0, 0.25, 0.5 and 0.75 gave a median gain of +0.9%, +2.2%, +1.4% and
++0.8% over the best heuristic (+3.6% to +7.3% and +4.9% to +7.0% on the two cells where it
+matters most), and a step of the priorities of 0.1 beat 0.05 and 0.2 there (at the share
+0.75: +0.8% against +0.0% and -0.0%); on the small graphs it cost optima at 0.75 (35 of 40
+without it, 32 with) and none at 0.25, but runs only on large graphs, as runs of units do.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ Evaluator = Callable[[Plan], float]
 SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
 #: The default share of the budget searched over list-scheduling priorities (see the module),
 #: on graphs of more than KEYED_FROM units.
-KEYED, KEYED_FROM = 0.75, 32
+KEYED, KEYED_FROM = 0.25, 32
 
 
 def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
@@ -104,7 +105,8 @@ def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
 class MCMC(PlacementPolicy):
     """Metropolis-Hastings over placements with an evaluator in the loop (see the module).
 
-    ``info`` of the plan reports the start, the evaluations spent, the moves accepted, what
+    ``info`` of the plan reports the start, the evaluations spent (``keyed_evals`` of them
+    on priorities, whose best score is ``keyed_score_s``), the chain's moves accepted, what
     stopped the search and the best score at each restart.
     """
 
@@ -233,7 +235,9 @@ class _Search:
         where, seconds, best_plan, start = self.begin()
         first = seconds
         self._moves()
+        before = self.used
         keyed = self.keyed()
+        keyed_evals = self.used - before
         if keyed is not None and keyed[0] < seconds:
             seconds, best_plan = keyed
             index = {d: k for k, d in enumerate(self.problem.devices)}
@@ -262,7 +266,7 @@ class _Search:
         return Placement(dict(best_plan.placement), best_plan.order,
                          priority=best_plan.priority or _priorities(best_state[1]), info={
             "start": start, "start_score_s": first, "score_s": best,
-            "keyed_score_s": None if keyed is None else keyed[0],
+            "keyed_evals": keyed_evals, "keyed_score_s": None if keyed is None else keyed[0],
             "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
             "best_per_restart_s": per_restart})
 
@@ -279,7 +283,7 @@ class _Search:
             self.used += 1
             return self.evaluate(candidate)
 
-        return key_search(self.graph, self.problem, score, self.left, self.rng, evals)
+        return key_search(self.problem, score, self.left, self.rng, evals)
 
     def _moves(self) -> None:
         """What proposals draw from: the units that may move and where, each unit's

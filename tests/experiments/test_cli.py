@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -458,6 +459,18 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     # the search scored its plan with the simulator: the score is the simulated makespan
     assert data["search"]["score_s"] == data["makespan_s"]
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
+    assert data["search"]["keyed_evals"] == 0 and data["search"]["keyed_score_s"] is None
+
+
+def test_a_search_on_a_large_graph_reports_its_priority_search(capsys) -> None:
+    code, out, _ = run(capsys, "simulate", "--model", "resnet50", "--batch", "8", "--train",
+                       "--cluster", "quad-v100-nvlink", "--policy", "mcmc:evals=20,keyed=0.5")
+    lines = [line for line in out.splitlines() if line.startswith("  search")]
+    # three starts, then half of the 17 left on HEFT's priorities
+    assert code == 0 and re.fullmatch(
+        r"  search +[\d.]+ ms \(from \w+\) -> [\d.]+ ms in 20 evaluations \(8 on HEFT's "
+        r"priorities, best [\d.]+ ms\), \d+ chain moves accepted \(stopped by evals\)",
+        lines[0])
 
 
 def test_a_search_is_scored_by_delta_simulation_alike(capsys, monkeypatch) -> None:

@@ -40,6 +40,12 @@ def test_conformance(policy, check) -> None:
     check(policy)
 
 
+def test_mcmc_conforms_with_its_priority_search_on_graphs_of_any_size(monkeypatch) -> None:
+    # the suite's graphs are small, where the search over priorities does not run
+    monkeypatch.setattr("policies.search.KEYED_FROM", 0)
+    check_policy(lambda: MCMC(evals=60))
+
+
 @pytest.mark.parametrize("name", ALL)
 def test_simulated_makespan_respects_the_lower_bound(name: str) -> None:
     for _, make_graph, make_cluster in CASES[:3]:
