@@ -394,8 +394,9 @@ def _search_line(info: dict[str, Any]) -> list[str]:
     """A search's run in one line: from its start's score to its own."""
     if "score_s" not in info:
         return []
-    keyed = "" if info.get("keyed_score_s") is None else (
-        f" ({info['keyed_evals']} on HEFT's priorities, best {info['keyed_score_s'] * 1e3:.3f} ms)")
+    found = info.get("keyed_score_s")
+    keyed = "" if found is None else f" ({info['keyed_evals']} on HEFT's priorities, " + (
+        f"best {found * 1e3:.3f} ms)" if math.isfinite(found) else "none that fits)")
     return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
             f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations{keyed}, "
             f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})"]

@@ -473,6 +473,19 @@ def test_a_search_on_a_large_graph_reports_its_priority_search(capsys) -> None:
         lines[0])
 
 
+def test_a_priority_search_from_a_heft_plan_that_does_not_fit_says_so(capsys) -> None:
+    # GPT-2's Adam step fits on no single V100, and HEFT puts it all on one
+    code, out, _ = run(capsys, "simulate", "--model", "gpt2_small", "--batch", "12", "--train",
+                       "--optimizer", "adam", "--cluster", "quad-v100-nvlink", "--policy",
+                       "mcmc:evals=8", "--json")
+    search = json.loads(out)["search"]
+    assert code == 0 and search["keyed_evals"] == 1 and search["keyed_score_s"] is None
+    code, out, _ = run(capsys, "simulate", "--model", "gpt2_small", "--batch", "12", "--train",
+                       "--optimizer", "adam", "--cluster", "quad-v100-nvlink", "--policy",
+                       "mcmc:evals=8")
+    assert "in 8 evaluations (1 on HEFT's priorities, none that fits)" in out
+
+
 def test_a_search_is_scored_by_delta_simulation_alike(capsys, monkeypatch) -> None:
     # the same search, scored by full simulations, then by delta simulation (the default)
     import sim

@@ -277,3 +277,14 @@ def test_a_search_resumes_runs_only_on_large_graphs(monkeypatch: pytest.MonkeyPa
     assert isinstance(large, DeltaEvaluator) and large.resume
     assert plan(graph, c, "mcmc:evals=40", cost, evaluate=large).placement == q.placement
     assert large.stats["restored"] > 0
+
+
+def test_the_resume_threshold_is_chosen_on_graphs_apart_from_the_benchmarks() -> None:
+    from benchmarks.delta_bound import REPORTED_DAGS, TUNING_SHAPE, TUNING_SIZES
+
+    width, seed = TUNING_SHAPE
+    reported = {layered_dag(n, width=w, seed=s).to_json() for n, w, s in REPORTED_DAGS}
+    assert all((w, s) != TUNING_SHAPE for _, w, s in REPORTED_DAGS)
+    small = [n for n in TUNING_SIZES if n <= 10_000]  # the larger ones take long to build
+    assert not any(layered_dag(n, width=width, seed=seed).to_json() in reported
+                   for n in small)
