@@ -136,6 +136,10 @@ def test_the_keyed_phase_runs_only_on_large_graphs_and_is_a_share() -> None:
         assert (p.info["keyed_score_s"] is not None) is ran
     off = plan(random_dag(KEYED_FROM + 1, seed=1), cluster, MCMC(evals=30, keyed=0), cost)
     assert off.info["keyed_score_s"] is None
-    for bad in (1.5, -0.1, math.nan):
-        with pytest.raises(PlacementError, match=r"^policy 'mcmc': keyed must be"):
+    for bad in (1.5, -0.1):
+        with pytest.raises(PlacementError, match=rf"^policy 'mcmc': keyed must be a share of "
+                                                 rf"the evaluations, in \[0, 1\], got {bad}$"):
             MCMC(keyed=bad)
+    with pytest.raises(PlacementError, match=r"^policy 'mcmc': keyed must be a finite number, "
+                                             r"got nan$"):
+        MCMC(keyed=math.nan)
