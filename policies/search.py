@@ -141,14 +141,8 @@ class MCMC(PlacementPolicy):
                  seed: Seed = 0, time_limit_s: float | None = None) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
-        self.segments: float = self.checked("segments", segments)
-        if not 0 <= self.segments <= 1:
-            raise PlacementError(f"policy 'mcmc': segments must be a share of the moves, in "
-                                 f"[0, 1], got {segments!r}")
-        self.keyed: float = self.checked("keyed", keyed)
-        if not 0 <= self.keyed <= 1:
-            raise PlacementError(f"policy 'mcmc': keyed must be a share of the evaluations, "
-                                 f"in [0, 1], got {keyed!r}")
+        self.segments: float = self._share("segments", segments, "the moves")
+        self.keyed: float = self._share("keyed", keyed, "the evaluations")
         self.restarts: int = self.checked("restarts", restarts)
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)
@@ -163,6 +157,14 @@ class MCMC(PlacementPolicy):
         if not starts:
             raise PlacementError("policy 'mcmc': start must name at least one policy, "
                                  "got none")
+
+    def _share(self, name: str, value: float, of: str) -> float:
+        """``value`` of parameter ``name``, checked to be a share (0 to 1) of ``of``."""
+        share: float = self.checked(name, value)
+        if not 0 <= share <= 1:
+            raise PlacementError(f"policy 'mcmc': {name} must be a share of {of}, in [0, 1], "
+                                 f"got {value!r}")
+        return share
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         return self.place_scored(graph, cluster, cost, contention_free(cluster, cost))
@@ -198,17 +200,25 @@ class _Search:
         # priorities that give the global order back, for an evaluator in priority order
         candidate = Plan(self.graph, devices, split_by_device(ranked, devices),
                          policy="mcmc", priority=_priorities(ranked))
-        self.used += 1
-        return self.evaluate(candidate), candidate
+        return self.scored(candidate), candidate
 
-    def begin(self) -> tuple[list[int], float, Plan, str]:
+    def scored(self, candidate: Plan) -> float:
+        """The evaluator's score of ``candidate``, counted against the budget."""
+        self.used += 1
+        return self.evaluate(candidate)
+
+    def state(self, p: Plan) -> tuple[list[int], list[str]]:
+        """The chain's state for plan ``p``: each op's device index, and a global order
+        that gives ``p``'s device orders back."""
+        index = {d: k for k, d in enumerate(self.problem.devices)}
+        return [index[p.placement[n]] for n in self.problem.names], _merged(self.graph, p)
+
+    def begin(self) -> tuple[float, Plan, str]:
         """The best plan of the start policies, each scored as its policy made it, as many
         as the budget allows in the order given (so the search is never worse than any
-        scored); the global order of the chain is one that gives the best start's device
-        orders back."""
-        best: tuple[list[int], float, Plan, str] | None = None
+        scored)."""
+        best: tuple[float, Plan, str] | None = None
         errors = []
-        index = {d: k for k, d in enumerate(self.problem.devices)}
         for spec in _starts(self.policy.start):
             if best is not None and not self.left():
                 break  # the first start is always scored: a search needs one
@@ -220,31 +230,24 @@ class _Search:
             if not start.priority:  # for an evaluator in priority order: its own orders
                 start = Plan(self.graph, start.placement, start.order, policy=start.policy,
                              priority=_priorities(_merged(self.graph, start)))
-            where = [index[start.placement[n]] for n in self.problem.names]
-            self.used += 1
-            seconds = self.evaluate(start)
-            if best is None or seconds < best[1]:
-                best = (where, seconds, start, spec)
+            seconds = self.scored(start)
+            if best is None or seconds < best[0]:
+                best = (seconds, start, spec)
         if best is None:
             raise PlacementError("policy 'mcmc': no start policy gave a plan: "
                                  + "; ".join(errors))
-        self.ranked = _merged(self.graph, best[2])
         return best
 
     def run(self) -> Placement:
-        where, seconds, best_plan, start = self.begin()
-        first = seconds
+        best, best_plan, start = self.begin()
+        first = best
         self._moves()
         before = self.used
         keyed = self.keyed()
         keyed_evals = self.used - before
-        if keyed is not None and keyed[0] < seconds:
-            seconds, best_plan = keyed
-            index = {d: k for k, d in enumerate(self.problem.devices)}
-            where = [index[best_plan.placement[n]] for n in self.problem.names]
-            self.ranked = _merged(self.graph, best_plan)
-        best = seconds
-        best_state = (list(where), list(self.ranked))
+        if keyed is not None and keyed[0] < best:
+            best, best_plan = keyed
+        best_state = self.state(best_plan)
         accepted, per_restart = 0, []
         chains = self.policy.restarts
         for chain in range(chains):
@@ -279,11 +282,7 @@ class _Search:
             return None
         from policies.keys import key_search
 
-        def score(candidate: Plan) -> float:
-            self.used += 1
-            return self.evaluate(candidate)
-
-        return key_search(self.problem, score, self.left, self.rng, evals)
+        return key_search(self.problem, self.scored, self.left, self.rng, evals)
 
     def _moves(self) -> None:
         """What proposals draw from: the units that may move and where, each unit's
