@@ -78,8 +78,13 @@ def critical_path_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> floa
     >>> critical_path_bound(g, c, cost) == fastest
     True
     """
+    return _critical_path(graph, fastest_times(graph, cluster, cost))
+
+
+def _critical_path(graph: Graph, times: np.ndarray) -> float:
+    """The longest path of these op times (``graph.arrays`` order), communication free."""
     a = graph.arrays
-    fastest = fastest_times(graph, cluster, cost).tolist()
+    fastest = times.tolist()
     finish = [0.0] * len(a.names)
     preds: list[list[int]] = [[] for _ in a.names]
     for src, dst in zip(a.edge_src.tolist(), a.edge_dst.tolist(), strict=True):
@@ -91,13 +96,23 @@ def critical_path_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> floa
 
 def work_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     """Total fastest work over the number of compute streams in the cluster."""
+    return _work(cluster, fastest_times(graph, cluster, cost))
+
+
+def _work(cluster: Cluster, times: np.ndarray) -> float:
+    """These op times' total over the number of compute streams in the cluster."""
     streams = sum(d.compute_streams for d in cluster.devices)
-    return float(fastest_times(graph, cluster, cost).sum()) / streams
+    return float(times.sum()) / streams
 
 
 def lower_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     """The larger of :func:`critical_path_bound` and :func:`work_bound`."""
-    return max(critical_path_bound(graph, cluster, cost), work_bound(graph, cluster, cost))
+    return _floor(graph, cluster, fastest_times(graph, cluster, cost))
+
+
+def _floor(graph: Graph, cluster: Cluster, fastest: np.ndarray) -> float:
+    """:func:`lower_bound` from each op's time on its fastest device."""
+    return max(_critical_path(graph, fastest), _work(cluster, fastest))
 
 
 def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
@@ -125,12 +140,12 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     import scipy.sparse as sp  # scipy's solver only where the relaxation is asked for
     from scipy.optimize import linprog
 
-    floor = lower_bound(graph, cluster, cost)
+    times = least_times(graph, cluster, cost)
+    floor = _floor(graph, cluster, times.min(axis=1))
     a = graph.arrays
     n = len(a.names)
     if n == 0:
         return floor
-    times = least_times(graph, cluster, cost)
     crossing = _fastest_crossings(graph, cluster, cost)
     # in units of the floor (T near 1), or of the longest crossing where ops take no time
     unit = floor if floor > 0 else float(crossing.max(initial=0.0))

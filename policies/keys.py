@@ -59,8 +59,8 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
 
     heft = HEFT()
 
-    def decode(keys: np.ndarray, order: list[int]) -> Plan:
-        placed = heft.decode(problem, keys.tolist(), order)
+    def decode(priority: list[float], order: list[int]) -> Plan:
+        placed = heft.decode(problem, priority, order)
         assert placed.order is not None  # a list schedule orders every device
         return Plan(problem.graph, placed.devices, placed.order, policy=policy,
                     priority=_priority(problem, order))
@@ -69,18 +69,20 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
         return None
     current = np.asarray(problem.upward_rank(), dtype=float)
     order = ready_order(problem, current.tolist())
-    best_plan = decode(current, order)
+    best_plan = decode(current.tolist(), order)
     now = best = score(best_plan)
     seen = {_digest(order)}
     scored, tries = 1, 0
     while scored < evals and tries < TRIES * evals and math.isfinite(now) and left():
         tries += 1
         keys = _moved(current, rng)
-        order = ready_order(problem, keys.tolist())
-        if _digest(order) in seen:
+        priority = keys.tolist()
+        order = ready_order(problem, priority)
+        digest = _digest(order)
+        if digest in seen:
             continue  # the same plan as one scored
-        seen.add(_digest(order))
-        candidate = decode(keys, order)
+        seen.add(digest)
+        candidate = decode(priority, order)
         seconds = score(candidate)
         scored += 1
         if seconds <= now:

@@ -405,11 +405,13 @@ class Plan:
         dst_ops = a.edge_dst[cross]
         key = a.edge_tensor[cross] * len(self.devices) + codes[dst_ops]
         unique, first, which = np.unique(key, return_index=True, return_inverse=True)
+        by_first = np.argsort(first, kind="stable")  # first indices are distinct
         rank = np.empty(len(unique), np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
-        by_rank = np.argsort(rank[which], kind="stable")
-        ends = np.cumsum(np.bincount(rank[which], minlength=len(unique))).tolist()
-        keys = unique[np.argsort(rank)]
+        rank[by_first] = np.arange(len(unique))
+        group = rank[which]
+        by_rank = np.argsort(group, kind="stable")
+        ends = np.cumsum(np.bincount(group, minlength=len(unique))).tolist()
+        keys = unique[by_first]
         tensors, dst_codes = np.divmod(keys, len(self.devices))
         names, devices = a.names, self.devices
         consumers = [names[o] for o in dst_ops[by_rank].tolist()]
