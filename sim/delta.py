@@ -38,7 +38,7 @@ import numpy as np
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.plans import Plan
-from sim.engine import evaluator, fair_inputs, simulate
+from sim.engine import compiles, evaluator, fair_inputs, simulate
 from sim.hosts import shared_hosts
 from sim.links import FairSharing, FirstComeFirstServed, NoContention
 from sim.options import LINK_MODELS, LINK_REGISTRY, ORDER_REGISTRY, ORDERS, require
@@ -250,15 +250,12 @@ class DeltaEvaluator:
         self.keep = keep
         self.devices = tuple(cluster.device_names)
         self.part = LINK_REGISTRY.make(links)  # checked now: its type says how plans run
-        # runs whose state is the compiled loop's arrays alone resume from snapshots
-        runs_compiled = order == "plan" and shared_hosts(cluster) is None
-        self.delta = runs_compiled and type(self.part) in _LINKS
         #: Whether plans run in the compiled loop from their arrays (``fair`` links too,
         #: from the start each time); else :func:`sim.simulate` scores them.
-        self.compiled = self.delta or (runs_compiled and type(self.part) is FairSharing)
-        #: Whether runs resume from snapshots (asked for, and where they can: not under
-        #: ``fair`` links, whose runs start afresh each time).
-        self.resume = bool(resume) and self.delta
+        self.compiled = compiles(ORDER_REGISTRY.make(order), self.part, shared_hosts(cluster))
+        #: Whether runs resume from snapshots (asked for, and where they can: runs whose
+        #: state is the compiled loop's arrays alone, so not under ``fair`` links).
+        self.resume = bool(resume) and self.compiled and type(self.part) in _LINKS
         self.n_snapshots = snapshots or 8
         self.renumber_slack = RENUMBER_SLACK
         self.contention = type(self.part) is FirstComeFirstServed
@@ -285,7 +282,7 @@ class DeltaEvaluator:
         if plan.graph is not self.graph:  # another graph: nothing kept applies
             self.graph, self.kept_columns, self.slots = plan.graph, [], None
         with gc_paused():
-            return self._evaluate_compiled(plan) if self.delta else self._evaluate_fair(plan)
+            return self._evaluate_resumed(plan) if self.resume else self._evaluate_fresh(plan)
 
     # -- one evaluation -----------------------------------------------------------------------
 
@@ -303,26 +300,23 @@ class DeltaEvaluator:
             self.kept_columns = []
         return self.slots
 
-    def _evaluate_fair(self, plan: Plan) -> float:
-        """``plan`` from its start under ``fair`` links: the flow table laid out by the
-        link model for this plan's transfers (numbered from its arrays, in
-        ``plan.transfers`` order, so ties end as in :func:`sim.simulate`), then the
-        compiled loop."""
-        slots = self._slots(plan)
-        p = slots.inputs(plan)
-        number = slots.transfer_numbers(p)
-        return self._fresh(p, fair_inputs(self.part.clone(), self.cluster, p, number,
-                                          plan.graph.arrays.tensor_producer))
-
-    def _fresh(self, p: PlanInputs, fair: FairInputs | None = None) -> float:
-        """``p`` run from its start, nothing kept."""
+    def _evaluate_fresh(self, plan: Plan) -> float:
+        """``plan`` run in the compiled loop from its start, nothing kept; under ``fair``
+        links with the flow table laid out by the link model for this plan's transfers
+        (numbered from its arrays, in ``plan.transfers`` order, so ties end as in
+        :func:`sim.simulate`)."""
         from sim import compiled
 
-        assert self.slots is not None
-        run = self.slots.state(p, record=False)
-        compiled.begin(self.slots.columns, p, run, self.contention, fair)
-        self.stats["events_run"] += compiled.advance(self.slots.columns, p, run,
-                                                     self.contention, 2**62, fair)
+        slots = self._slots(plan)
+        p = slots.inputs(plan)
+        fair: FairInputs | None = None
+        if isinstance(self.part, FairSharing):
+            fair = fair_inputs(self.part, self.cluster, p, slots.transfer_numbers(p),
+                               plan.graph.arrays.tensor_producer)
+        run = slots.state(p, record=False)
+        compiled.begin(slots.columns, p, run, self.contention, fair)
+        self.stats["events_run"] += compiled.advance(slots.columns, p, run, self.contention,
+                                                     2**62, fair)
         return self._score(run, p)
 
     def _score(self, run: State, p: PlanInputs) -> float:
@@ -334,14 +328,14 @@ class DeltaEvaluator:
             return math.inf
         return float(run.clock[1])
 
-    def _evaluate_compiled(self, plan: Plan) -> float:
+    def _evaluate_resumed(self, plan: Plan) -> float:
+        """``plan`` resumed from the kept run and snapshot that skip the most events (from
+        its start where none applies), its own run kept."""
         from sim import compiled  # numba, as the compiled loop's runs do
 
         g = self._slots(plan).columns
         assert self.slots is not None
         p = self.slots.inputs(plan)
-        if not self.resume:
-            return self._fresh(p)
         run = self.slots.state(p, record=False)
         kept = _KeptColumns(p, run.refs.copy(), run.used.copy(), np.zeros(0), np.zeros(0), [])
         found = self._base(p)

@@ -39,8 +39,7 @@ import heapq
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -67,7 +66,7 @@ if TYPE_CHECKING:
 _COMPILED_LINKS = (FirstComeFirstServed, NoContention, FairSharing)
 
 __all__ = ["ORDERS", "CompiledRun", "IssueOrder", "PlanOrder", "PriorityOrder", "Simulation",
-           "evaluator", "fair_inputs", "simulate"]
+           "compiles", "evaluator", "fair_inputs", "simulate"]
 
 
 class IssueOrder(Plugin, ABC):
@@ -459,6 +458,18 @@ class CompiledRun(Simulation):
             self.peak[d] = int(s.peak[d])
 
 
+
+def compiles(issue: IssueOrder, link_model: LinkModel, hosts: object) -> bool:
+    """Whether the compiled loop (:class:`CompiledRun`) runs this composition: ops issued
+    in plan order, a link model it has (``fcfs``, ``none``, ``fair``), and no devices
+    sharing a host (``hosts``: :func:`sim.hosts.shared_hosts`'s answer, None for none).
+
+    >>> from sim.links import FairSharing
+    >>> compiles(PlanOrder(), FairSharing(), None)
+    True
+    """
+    return hosts is None and type(issue) is PlanOrder and type(link_model) in _COMPILED_LINKS
+
 def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0",
              order: str = "plan", links: str = "fcfs") -> SimResult:
     """Execute ``plan`` on ``cluster`` in simulated time and return the result.
@@ -488,7 +499,7 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     hosts = shared_hosts(cluster)
     issue, link_model = ORDER_REGISTRY.make(order), LINK_REGISTRY.make(links)
     with gc_paused():
-        if hosts is None and type(issue) is PlanOrder and type(link_model) in _COMPILED_LINKS:
+        if compiles(issue, link_model, hosts):
             run: Simulation = CompiledRun(
                 plan, cluster, cost, contention=type(link_model) is FirstComeFirstServed,
                 fair=link_model if isinstance(link_model, FairSharing) else None)
@@ -502,40 +513,22 @@ def simulate(plan: Plan, cluster: Cluster, cost: CostModel, *, job: str = "job0"
     return result
 
 
-@dataclass(eq=False)
-class _Transfers:
-    """What :meth:`sim.links.FairSharing.attach` reads of a run: its cluster and devices,
-    and per transfer (in the run's order) its source and destination device, its time and
-    the copy engines it may take."""
-
-    env: None
-    cluster: Cluster
-    devices: tuple[str, ...]
-    t_src: list[int]
-    t_dst: list[int]
-    t_duration: list[float]
-    copy_free: list[list[float]]
-
-
 def fair_inputs(part: FairSharing, cluster: Cluster, inputs: PlanInputs, number: np.ndarray,
                 producer: np.ndarray) -> FairInputs:
-    """``part`` attached to the transfers ``number`` of ``inputs`` in that order (their
-    tensors made by ``producer``, the graph's ``tensor_producer``), as the compiled loop
-    takes it: its flow table, each number's flow and each flow's number, latency and
-    volume."""
+    """``part``'s layout (:meth:`~sim.links.FairSharing.layout`) of the transfers
+    ``number`` of ``inputs`` in that order (their tensors made by ``producer``, the graph's
+    ``tensor_producer``), as the compiled loop takes it: its flow table, each number's
+    flow and each flow's number, latency and volume."""
     from sim.compiled import FairInputs
 
     tensor = inputs.k_tensor[number]
-    view = _Transfers(None, cluster, cluster.device_names,
-                      inputs.op_dev[producer[tensor]].tolist(), inputs.k_dst[number].tolist(),
-                      inputs.k_duration[number].tolist(),
-                      [[0.0] * d.copy_engines for d in cluster.devices])
-    part.attach(cast(Simulation, view))  # the fields of a run that attach reads
+    flows, latency, volume = part.layout(
+        cluster, cluster.device_names, inputs.op_dev[producer[tensor]].tolist(),
+        inputs.k_dst[number].tolist(), inputs.k_duration[number].tolist())
     flow_of = np.full(len(inputs.k_tensor), -1, np.int64)
     flow_of[number] = np.arange(len(number))
-    return FairInputs(part.flows.floats, part.flows.ints, flow_of, number.astype(np.int64),
-                      np.asarray(part.f_latency, np.float64),
-                      np.asarray(part.f_volume, np.float64))
+    return FairInputs(flows.floats, flows.ints, flow_of, number.astype(np.int64),
+                      np.asarray(latency, np.float64), np.asarray(volume, np.float64))
 
 
 def evaluator(cluster: Cluster, cost: CostModel, *, links: str = "fcfs",

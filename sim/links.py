@@ -32,7 +32,11 @@ from workloads.params import Param
 from workloads.plugin import Plugin
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from hwmodels.spec import Cluster
     from sim.engine import IssueOrder, Simulation
+    from sim.flows import FlowTable
 
 __all__ = ["FairSharing", "FirstComeFirstServed", "LinkModel", "NoContention", "bind"]
 
@@ -146,37 +150,12 @@ class FairSharing(LinkModel):
 
     def attach(self, run: Simulation) -> None:
         # numba: paid only by runs that share links fairly
-        from sim.flows import FlowTable, finish_flows, start_flow
+        from sim.flows import finish_flows, start_flow
 
         super().attach(run)
         self.env = run.env
-        # the (source, destination) pairs met, sorted, as one number each (a sort of rows
-        # is many times slower)
-        n_dev = len(run.devices)
-        pair = np.asarray(run.t_src, dtype=np.int64) * n_dev + np.asarray(run.t_dst,
-                                                                         dtype=np.int64)
-        codes, route_of = np.unique(pair, return_inverse=True)
-        keys = np.column_stack(np.divmod(codes, n_dev)).reshape(-1, 2)
-        channels: dict[str, int] = {}
-        capacity: list[float] = []
-        paths = [run.cluster.route(run.devices[src], run.devices[dst])
-                 for src, dst in keys.tolist()]
-        for hop in (hop for path in paths for hop in path):
-            if hop.channel not in channels:
-                channels[hop.channel] = len(capacity)
-                capacity.append(hop.link.bandwidth)
-        routes = [[channels[hop.channel] for hop in path] for path in paths]
-        latency = np.array([sum(h.link.latency_s for h in path) for path in paths])[route_of]
-        bottleneck = np.array([min((h.link.bandwidth for h in path), default=0.0)
-                               for path in paths])[route_of]
-        duration = np.asarray(run.t_duration, dtype=np.float64)
-        # The bytes at the bottleneck rate take what the cost model charges beyond the
-        # latency (the tensor's bytes for the roofline; a table's time otherwise).
-        # A route of no hops (a copy within one device) is a pure delay of its whole time.
-        self.f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
-                                               duration).tolist()
-        self.f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
-        self.flows = FlowTable(routes, capacity, route_of=route_of, scan_up_to=self.scan_up_to)
+        self.flows, self.f_latency, self.f_volume = self.layout(
+            run.cluster, run.devices, run.t_src, run.t_dst, run.t_duration)
         # The compiled calls and their arrays, bound once: each transfer calls both.
         self.floats, self.ints = self.flows.floats, self.flows.ints
         self.start_flow, self.finish_flows = start_flow, finish_flows
@@ -189,6 +168,49 @@ class FairSharing(LinkModel):
                                           for e in run.copy_free]
         self.booked: list[float] = []  # times of the ticks scheduled and not yet fired
         self.soonest = float("inf")  # the earliest foreseen end, as the flows last said
+
+    def layout(self, cluster: Cluster, devices: Sequence[str], t_src: Sequence[int],
+               t_dst: Sequence[int], t_duration: Sequence[float]
+               ) -> tuple[FlowTable, list[float], list[float]]:
+        """The flow table of these transfers (each from device number ``t_src`` to
+        ``t_dst`` of ``devices``, taking ``t_duration`` alone), and each one's latency and
+        volume (bytes at its bottleneck's rate): what a run under this part starts from,
+        bound to no run.
+
+        >>> from hwmodels import get_cluster
+        >>> c = get_cluster("quad-v100-nvlink")
+        >>> _, latency, volume = FairSharing().layout(c, c.device_names, [0], [1], [1e-3])
+        >>> latency, round(volume[0])  # 1 us of latency, the rest at NVLink's 25 GB/s
+        ([1e-06], 24975000)
+        """
+        from sim.flows import FlowTable
+
+        # the (source, destination) pairs met, sorted, as one number each (a sort of rows
+        # is many times slower)
+        n_dev = len(devices)
+        pair = np.asarray(t_src, dtype=np.int64) * n_dev + np.asarray(t_dst, dtype=np.int64)
+        codes, route_of = np.unique(pair, return_inverse=True)
+        keys = np.column_stack(np.divmod(codes, n_dev))
+        channels: dict[str, int] = {}
+        capacity: list[float] = []
+        paths = [cluster.route(devices[src], devices[dst]) for src, dst in keys.tolist()]
+        for hop in (hop for path in paths for hop in path):
+            if hop.channel not in channels:
+                channels[hop.channel] = len(capacity)
+                capacity.append(hop.link.bandwidth)
+        routes = [[channels[hop.channel] for hop in path] for path in paths]
+        latency = np.array([sum(h.link.latency_s for h in path) for path in paths])[route_of]
+        bottleneck = np.array([min((h.link.bandwidth for h in path), default=0.0)
+                               for path in paths])[route_of]
+        duration = np.asarray(t_duration, dtype=np.float64)
+        # The bytes at the bottleneck rate take what the cost model charges beyond the
+        # latency (the tensor's bytes for the roofline; a table's time otherwise).
+        # A route of no hops (a copy within one device) is a pure delay of its whole time.
+        f_latency: list[float] = np.where(bottleneck > 0, np.minimum(latency, duration),
+                                          duration).tolist()
+        f_volume: list[float] = (np.maximum(duration - latency, 0.0) * bottleneck).tolist()
+        return (FlowTable(routes, capacity, route_of=route_of, scan_up_to=self.scan_up_to),
+                f_latency, f_volume)
 
     # -- engines and latency ----------------------------------------------------------------
 
