@@ -120,6 +120,30 @@ def _ratio(ms: dict[str, float], name: str, form: str = "") -> str:
     return format(ms[name], form) if form else f"{ms[name] / ms['delta']:.2f}"
 
 
+Maker = tuple[Callable[[], Callable[[Plan], float]], Callable[[list[Plan]], list[Plan]]]
+
+
+def medians(makers: dict[str, Maker], candidates: list[Plan], expected: list[float],
+            rounds: int) -> tuple[dict[str, float], dict[str, Callable[[Plan], float]]]:
+    """Each evaluator (``name``: how to make it, and how to copy the candidates for it)
+    scoring the candidates in passes of its own, ``rounds`` times in turn: the median
+    milliseconds per plan, and each one's last evaluator. Stops at the first score that
+    is not ``expected`` (a full simulation's)."""
+    times: dict[str, list[float]] = {name: [] for name in makers}
+    last: dict[str, Callable[[Plan], float]] = {}
+    for _ in range(rounds):
+        for name, (make, build) in makers.items():
+            last[name] = make()
+            seconds, scores = timed_pass(last[name], build(candidates))
+            times[name].append(seconds)
+            if scores != expected:
+                wrong = next(i for i, (a, b) in enumerate(zip(scores, expected, strict=True))
+                             if a != b)
+                raise AssertionError(f"{name} scored candidate {wrong} {scores[wrong]!r}, a "
+                                     f"full simulation {expected[wrong]!r}")
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}, last
+
+
 def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int,
          rounds: int) -> str:
     cluster = get_cluster(cluster_name)
@@ -144,33 +168,18 @@ def case(label: str, graph: Graph, cluster_name: str, links: str, evals: int,
 
     plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost, evaluate=analyse)
     candidates = [p for p, _, _ in seen]
-    makers: dict[str, tuple[Callable[[], Callable[[Plan], float]],
-                            Callable[[list[Plan]], list[Plan]]]] = {
+    makers: dict[str, Maker] = {
         "full": (lambda: evaluator(cluster, cost, links=links), copies),
         "derived": (lambda: evaluator(cluster, cost, links=links), derived),
         **({"fresh": (lambda: DeltaEvaluator(cluster, cost, links=links, resume=False),
                       copies)}
            if links != "fair" else {}),  # under fair links, delta is a fresh run itself
         "delta": (lambda: DeltaEvaluator(cluster, cost, links=links), copies)}
-    times: dict[str, list[float]] = {name: [] for name in makers}
-    delta: DeltaEvaluator | None = None
-    for _ in range(rounds):
-        for name, (make, build) in makers.items():
-            scorer = make()
-            seconds, scores = timed_pass(scorer, build(candidates))
-            times[name].append(seconds)
-            if scores != expected:
-                wrong = next(i for i, (a, b) in enumerate(zip(scores, expected, strict=True))
-                             if a != b)
-                raise AssertionError(f"{name} scored candidate {wrong} {scores[wrong]!r}, a "
-                                     f"full simulation {expected[wrong]!r}")
-            if name == "delta":
-                assert isinstance(scorer, DeltaEvaluator)
-                delta = scorer
-    assert delta is not None
+    ms, last = medians(makers, candidates, expected, rounds)
+    delta = last["delta"]
+    assert isinstance(delta, DeltaEvaluator)
     saved = delta.stats["events_saved"] / (delta.stats["events_saved"]
                                            + delta.stats["events_run"])
-    ms = {name: statistics.median(t) * 1e3 for name, t in times.items()}
     return (f"| {label} | {len(graph):,} | {links} | {len(left)} | {np.mean(left):.2f} "
             f"| {np.mean(changed):.2f} | {saved:.2f} | {ms['full']:.2f} "
             f"| {ms['derived']:.2f} | {_ratio(ms, 'fresh', '.2f')} | {_ratio(ms, 'fresh')} "
@@ -207,16 +216,11 @@ def tune(evals: int, rounds: int) -> list[str]:
 
         plan(graph, cluster, f"mcmc:evals={evals},start=heft,seed=0", cost,
              evaluate=record_plan)
-        times: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(rounds):
-            for resume in times:
-                seconds, scores = timed_pass(DeltaEvaluator(cluster, cost, resume=resume),
-                                             copies(seen))
-                if scores != scored:
-                    raise AssertionError(f"resume={resume} scored other than a full "
-                                         f"simulation at {n} ops")
-                times[resume].append(seconds)
-        fresh, resumed = (statistics.median(times[r]) * 1e3 for r in (False, True))
+        ms, _ = medians({"fresh": (lambda: DeltaEvaluator(cluster, cost, resume=False),
+                                   copies),
+                         "resumed": (lambda: DeltaEvaluator(cluster, cost), copies)},
+                        seen, scored, rounds)
+        fresh, resumed = ms["fresh"], ms["resumed"]
         lines.append(f"| {n:,} | {fresh:.2f} | {resumed:.2f} | {fresh / resumed:.2f} |")
         print(lines[-1], flush=True)
     return lines

@@ -28,6 +28,9 @@ import contextlib
 import datetime
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from unittest import mock
 
 import numpy as np
 
@@ -37,10 +40,9 @@ from benchmarks.search_quality import Cell, heuristics, searched, small_graph
 from hwmodels import RooflineCost, get_cluster
 from policies import keys, plan, search
 from policies.bounds import lower_bound
-from policies.keys import KEY_SIGMA
 from policies.optimal import Optimal
 from policies.problem import model_makespan
-from policies.search import KEYED_FROM, MCMC, SEGMENT_FROM, contention_free
+from policies.search import MCMC, contention_free
 from workloads import build_model, training_graph
 
 #: Seeds of the small graphs beta is chosen on.
@@ -67,40 +69,45 @@ def tuning_cells() -> list[Cell]:
     return out
 
 
+@dataclass(frozen=True)
+class Setting:
+    """One row: its label, the policy, and the module constants it sets for that row
+    (``module.name = value``)."""
+
+    label: str
+    policy: MCMC
+    constants: tuple[tuple[ModuleType, str, object], ...] = ()
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for module, name, value in self.constants:
+                stack.enter_context(mock.patch.object(module, name, value))
+            yield
+
+
 def _settings(betas: list[float], segments: list[float], keyed: list[float],
-              sigmas: list[float]) -> list[tuple[str, MCMC]]:
-    return ([(f"beta {b:g}", MCMC(beta=b)) for b in betas]
-            + [(f"segments {g:g}", MCMC(segments=g)) for g in segments]
-            + [(f"keyed {k:g}", MCMC(keyed=k)) for k in keyed]
-            + [(f"key sigma {x:g}", MCMC()) for x in sigmas])
+              sigmas: list[float]) -> list[Setting]:
+    # runs of units and the priority search on graphs of any size (for the small graphs)
+    anywhere = ((search, "SEGMENT_FROM", 0),)
+    keyed_anywhere = ((search, "KEYED_FROM", 0),)
+    return ([Setting(f"beta {b:g}", MCMC(beta=b)) for b in betas]
+            + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]
+            + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
+            + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
+               for x in sigmas])
 
 
-@contextlib.contextmanager
-def _setting(label: str) -> Iterator[None]:
-    """The module constants a row changes, for that row: segment moves or the priority
-    search on graphs of any size (small graphs), or another step of the priorities."""
-    try:
-        if label.startswith("segments"):
-            search.SEGMENT_FROM = 0
-        if label.startswith(("keyed", "key sigma")):
-            search.KEYED_FROM = 0
-        if label.startswith("key sigma"):
-            keys.KEY_SIGMA = float(label.split()[-1])
-        yield
-    finally:
-        search.SEGMENT_FROM, search.KEYED_FROM = SEGMENT_FROM, KEYED_FROM
-        keys.KEY_SIGMA = KEY_SIGMA
-
-
-def small_graphs(settings: list[tuple[str, MCMC]]) -> list[str]:
+def small_graphs(settings: list[Setting]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
     optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
               for seed, g in graphs.items()}
     lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
-    for label, policy in settings:
-        with _setting(label):
+    for row in settings:
+        label, policy = row.label, row.policy
+        with row.applied():
             gaps = np.array([model_makespan(plan(g, cluster, policy.clone().set_params(
                 seed=seed), cost, evaluate=contention_free(cluster, cost)), cluster, cost)
                 / optima[seed] - 1 for seed, g in graphs.items()])
@@ -109,13 +116,14 @@ def small_graphs(settings: list[tuple[str, MCMC]]) -> list[str]:
     return lines
 
 
-def large_graphs(settings: list[tuple[str, MCMC]]) -> list[str]:
+def large_graphs(settings: list[Setting]) -> list[str]:
     cells = tuning_cells()
     lines = ["| setting | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
              + " | median |", "|---|" + "---:|" * (len(cells) + 1)]
-    for label, policy in settings:
-        with _setting(label):
-            gains = [searched(c, policy)[0]["gain_vs_heuristic"] for c in cells]
+    for row in settings:
+        label = row.label
+        with row.applied():
+            gains = [searched(c, row.policy)[0]["gain_vs_heuristic"] for c in cells]
         lines.append(f"| {label} | " + " | ".join(f"{g:+.1%}" for g in gains)
                      + f" | {np.median(gains):+.1%} |")
     return lines
