@@ -205,7 +205,8 @@ def compare(args: argparse.Namespace) -> None:
         raise SystemExit(f"gpu_measured: no measurement under {DATA}; run 'measure' on a "
                          f"machine with a GPU first")
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             "command: python -m benchmarks.gpu_measured compare", ""]
+             "command: python -m benchmarks.gpu_measured compare"
+             + (f" --data {args.data}" if args.data else ""), ""]
     for path in files:
         lines += [f"#### {path.name}", "", *compare_document(json.loads(path.read_text()))]
     print(record(lines, args.out), end="")
