@@ -38,7 +38,7 @@ from benchmarks.machine import describe, record
 from benchmarks.placement_quality import small_cluster
 from benchmarks.search_quality import Cell, heuristics, searched, small_graph
 from hwmodels import RooflineCost, get_cluster
-from policies import keys, plan, search
+from policies import keys, moves, plan, search
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
 from policies.problem import model_makespan
@@ -89,7 +89,7 @@ class Setting:
 def _settings(betas: list[float], segments: list[float], keyed: list[float],
               sigmas: list[float]) -> list[Setting]:
     # runs of units and the priority search on graphs of any size (for the small graphs)
-    anywhere = ((search, "SEGMENT_FROM", 0),)
+    anywhere = ((moves, "SEGMENT_FROM", 0),)
     keyed_anywhere = ((search, "KEYED_FROM", 0),)
     return ([Setting(f"beta {b:g}", MCMC(beta=b)) for b in betas]
             + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]

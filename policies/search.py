@@ -53,11 +53,10 @@ import math
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
+from policies.moves import Moves
 from policies.params import Param
 from policies.plans import Placement, Plan, split_by_device
 from policies.problem import Problem, model_makespan, plan_memory_used
@@ -68,8 +67,6 @@ __all__ = ["MCMC", "Evaluator", "contention_free"]
 
 #: Scores a plan: its makespan in seconds, ``math.inf`` where it does not fit.
 Evaluator = Callable[[Plan], float]
-#: Runs of units move together on graphs of more than this many units, at most this long.
-SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
 #: The default share of the budget searched over list-scheduling priorities (see the module),
 #: on graphs of more than KEYED_FROM units.
 KEYED, KEYED_FROM = 0.25, 32
@@ -241,7 +238,7 @@ class _Search:
     def run(self) -> Placement:
         best, best_plan, start = self.begin()
         first = best
-        self._moves()
+        self.moves = Moves(self.problem, self.policy.segments, self.rng)
         before = self.used
         keyed = self.keyed()
         keyed_evals = self.used - before
@@ -256,7 +253,7 @@ class _Search:
             for _ in range(budget):
                 if not self.left():
                     break
-                proposal = self.propose(*current)
+                proposal = self.moves.propose(*current)
                 if proposal is None:
                     break  # nothing to move: one device, one op
                 seconds, scored = self.score(*proposal)
@@ -278,121 +275,11 @@ class _Search:
         ``keyed`` of the evaluations left, on graphs of more than 32 units (None where it
         does not run): its best score and plan."""
         evals = int(self.policy.keyed * (self.policy.evals - self.used))
-        if len(self.units) <= KEYED_FROM or evals < 1:
+        if len(self.moves.units) <= KEYED_FROM or evals < 1:
             return None
         from policies.keys import key_search
 
         return key_search(self.problem, self.scored, self.left, self.rng, evals)
-
-    def _moves(self) -> None:
-        """What proposals draw from: the units that may move and where, each unit's
-        neighbours, and the edges an order move must not invert."""
-        p = self.problem
-        self.units = [i for i in range(p.n) if p.node_of[i] == i]
-        self.able = [np.flatnonzero(np.isfinite(p.times[u])).tolist() for u in self.units]
-        self.movable = [k for k, a in enumerate(self.able) if len(a) > 1]
-        # the ops (any member of another unit) each unit's members exchange tensors with
-        unit_of = {u: k for k, u in enumerate(self.units)}
-        self.neighbours: list[list[int]] = [[] for _ in self.units]
-        for i in range(p.n):
-            for j, _ in p.preds[i]:
-                a, b = unit_of[p.node_of[i]], unit_of[p.node_of[j]]
-                if a != b:
-                    self.neighbours[a].append(p.node_of[j])
-                    self.neighbours[b].append(p.node_of[i])
-        self.edges = {(p.names[j], p.names[i]) for i in range(p.n) for j, _ in p.preds[i]}
-        self.index = {name: i for i, name in enumerate(p.names)}
-        self.unit_of = unit_of
-        # a small graph's single moves already reach far: runs of units only on large ones
-        self.segments = self.policy.segments if len(self.units) > SEGMENT_FROM else 0.0
-
-    def propose(self, where: list[int], ranked: list[str]
-                ) -> tuple[list[int], list[str]] | None:
-        """A move: on a graph of more than 32 units, a share ``segments`` of the time a
-        run of units of one device elsewhere (:meth:`_segment`); otherwise one time in
-        five, an op and the next op of its device trade places in the global order
-        (:meth:`_reorder`); otherwise one unit (an op, or a group's lead, which its group
-        follows) goes to another device
-        that runs it: to the device of a unit it exchanges a tensor with (two times in
-        five), by swapping devices with a unit elsewhere that can run on its device (one
-        time in five), or to any other device."""
-        rng = self.rng
-        if self.movable and self.segments and rng.random() < self.segments:
-            moved = self._segment(where, ranked)
-            if moved is not None:
-                return moved, ranked
-        if len(ranked) > 1 and (not self.movable or rng.random() < 0.2):
-            order = self._reorder(where, ranked, int(rng.integers(len(ranked))))
-            if order is not None:
-                return where, order
-        if not self.movable:
-            return None  # a chain on one device: nothing to change
-        out = list(where)
-        k = self.movable[int(rng.integers(len(self.movable)))]
-        u = self.units[k]
-        draw = rng.random()
-        if draw < 0.4:  # to a neighbour's device: what saves a transfer
-            near = [where[i] for i in self.neighbours[k] if where[i] != where[u]
-                    and where[i] in self.able[k]]
-            if near:
-                out[u] = near[int(rng.integers(len(near)))]
-                return out, ranked
-        elif draw < 0.6:
-            j = self.movable[int(rng.integers(len(self.movable)))]
-            v = self.units[j]
-            if where[v] != where[u] and where[v] in self.able[k] and where[u] in self.able[j]:
-                out[u], out[v] = where[v], where[u]
-                return out, ranked
-        choices = [d for d in self.able[k] if d != where[u]]
-        out[u] = choices[int(rng.integers(len(choices)))]
-        return out, ranked
-
-    def _segment(self, where: list[int], ranked: list[str]) -> list[int] | None:
-        """A run of 2 to :data:`SEGMENT_LONGEST` units of one device, consecutive in the
-        global order from a random op on, moved together to another device all of them
-        can run on (None where there is none): a layer's ops leave a device at once, where
-        moving one alone only adds transfers."""
-        p, rng = self.problem, self.rng
-        at = int(rng.integers(len(ranked)))
-        first = p.node_of[self.index[ranked[at]]]
-        device, run = where[first], [first]
-        length = int(rng.integers(2, SEGMENT_LONGEST + 1))
-        for name in ranked[at + 1:]:
-            if len(run) == length:
-                break
-            lead = p.node_of[self.index[name]]
-            if where[lead] == device and lead not in run:
-                run.append(lead)
-        targets = set.intersection(*(set(self.able[self.unit_of[u]]) for u in run)) - {device}
-        if not targets:
-            return None
-        out = list(where)
-        chosen = sorted(targets)[int(rng.integers(len(targets)))]
-        for u in run:
-            out[u] = chosen
-        return out
-
-    def _reorder(self, where: list[int], ranked: list[str], start: int) -> list[str] | None:
-        """The first op from ``start`` on (cyclically) that can trade places with the next
-        op of its device, traded: it moves to just after that op in the global order, or
-        that op to just before it, whichever passes no edge (an op between them that it
-        feeds, or that feeds the other). Only the device's order changes."""
-        p = self.problem
-        device = [where[p.node_of[self.index[n]]] for n in ranked]
-        n = len(ranked)
-        for i in (*range(start, n), *range(start)):
-            j = next((k for k in range(i + 1, n) if device[k] == device[i]), None)
-            if j is None:
-                continue
-            a, b = ranked[i], ranked[j]
-            if (a, b) in self.edges:
-                continue
-            between = ranked[i + 1:j]
-            if not any((a, x) in self.edges for x in between):
-                return [*ranked[:i], *between, b, a, *ranked[j + 1:]]
-            if not any((x, b) in self.edges for x in between):
-                return [*ranked[:i], b, a, *between, *ranked[j + 1:]]
-        return None
 
     def accept(self, now: float, seconds: float) -> bool:
         """Metropolis: a faster plan always; a slower one with probability
@@ -404,7 +291,7 @@ class _Search:
             return False
         if math.isinf(now):
             return True
-        n = len(self.units)
+        n = len(self.moves.units)
         delta = (seconds - now) * n / now if now > 0 else math.inf  # in mean ops' shares
         return bool(self.rng.random() < math.exp(-self.policy.beta * n * delta))
 

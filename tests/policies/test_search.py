@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -145,15 +146,14 @@ def test_starts_without_priorities_are_scored_in_priority_order_too() -> None:
 @given(n=st.integers(2, 20), seed=st.integers(0, 10**6), data=st.data())
 def test_an_order_move_swaps_two_neighbours_of_one_device_and_keeps_every_edge(
         n: int, seed: int, data: st.DataObject) -> None:
-    from policies.search import _Search
+    from policies.moves import Moves
 
     graph, cluster, cost = instance(n, seed, devices=3)
-    search = _Search(MCMC(seed=seed), graph, cluster, cost, contention_free(cluster, cost))
-    search._moves()
+    search = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(seed))
     names = search.problem.names
     where = data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
     ranked = list(graph.topological_order())
-    order = search._reorder(where, ranked, data.draw(st.integers(0, n - 1)))
+    order = search.reorder(where, ranked, data.draw(st.integers(0, n - 1)))
     if order is None:  # then no op and the next op of its device may trade places
         assert not any(_tradable(search.edges, ranked, where, names, i) for i in range(n))
         return
@@ -201,15 +201,14 @@ def _tradable(edges: set[tuple[str, str]], ranked: list[str], where: list[int],
 
 
 def test_independent_ops_of_one_device_trade_places() -> None:
-    from policies.search import _Search
+    from policies.moves import Moves
 
     graph = random_dag(4, seed=0, edge_probability=0.0)
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
-    search = _Search(MCMC(), graph, cluster, cost, contention_free(cluster, cost))
-    search._moves()
+    search = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(0))
     ranked = list(graph.topological_order())
-    assert search._reorder([0, 0, 1, 0], ranked, 1) == [ranked[0], ranked[2], ranked[3],
+    assert search.reorder([0, 0, 1, 0], ranked, 1) == [ranked[0], ranked[2], ranked[3],
                                                           ranked[1]]
 
 
@@ -217,18 +216,17 @@ def test_independent_ops_of_one_device_trade_places() -> None:
 @given(seed=st.integers(0, 10**6), data=st.data())
 def test_a_segment_move_takes_a_run_of_one_device_s_units_to_one_device_that_runs_them(
         seed: int, data: st.DataObject) -> None:
-    from policies.search import _Search
+    from policies.moves import Moves
 
     graph = training_graph(build_model("mlp", batch=8), "adam")  # groups: leads and followers
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
-    search = _Search(MCMC(seed=seed), graph, cluster, cost, contention_free(cluster, cost))
-    search._moves()
+    search = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(seed))
     p = search.problem
     where = [data.draw(st.sampled_from(search.able[search.unit_of[p.node_of[i]]]))
              for i in range(p.n)]
     ranked = list(graph.topological_order())
-    out = search._segment(where, ranked)
+    out = search.segment(where, ranked)
     if out is None:  # no device runs every unit of the run
         return
     moved = [u for u in search.units if out[u] != where[u]]
@@ -248,15 +246,14 @@ def test_a_segment_move_takes_a_run_of_one_device_s_units_to_one_device_that_run
 
 
 def test_runs_of_units_move_only_on_large_graphs_and_segments_is_a_share() -> None:
-    from policies.search import SEGMENT_FROM, _Search
+    from policies.moves import SEGMENT_FROM, Moves
 
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
     small, large = random_dag(SEGMENT_FROM, seed=1), random_dag(SEGMENT_FROM + 1, seed=1)
     for graph, share in ((small, 0.0), (large, 0.3)):
-        search = _Search(MCMC(), graph, cluster, cost, contention_free(cluster, cost))
-        search._moves()
-        assert search.segments == share
+        moves = Moves(Problem(graph, cluster, cost), MCMC().segments, np.random.default_rng(0))
+        assert moves.segments == share
     for bad in (1.5, -0.1):
         with pytest.raises(PlacementError, match=rf"^policy 'mcmc': segments must be a share "
                                                  rf"of the moves, in \[0, 1\], got {bad}$"):
