@@ -61,12 +61,13 @@ _LINKS = (FirstComeFirstServed, NoContention)
 #: devices and far the dearer on 1,024; 32, between them, is not measured).
 _FEW_DEVICES = 32
 #: Graphs of more ops than this are searched with runs resumed from snapshots
-#: (:func:`search_evaluator`); on smaller ones taking snapshots costs more than resuming
-#: saves. Chosen on layered DAGs apart from the benchmark's (width 50, seed 1; the
-#: benchmark's are width 100, seed 0): a fresh compiled run took 0.87, 0.95, 0.95, 1.05 and
-#: 1.29 times a resumed one at 3k, 5k, 7k, 10k and 20k ops (``benchmarks/delta_bound.py
-#: --tune``, RESULTS.md), so between 7k and 10k.
-RESUME_ABOVE = 8_000
+#: (:func:`search_evaluator`); None: none are. Measured on layered DAGs apart from the
+#: benchmark's (width 50, seed 1; the benchmark's are width 100, seed 0) under ``mcmc``'s
+#: candidates, a quarter of them whole new plans from its priority search: a fresh compiled
+#: run took 0.51, 0.50, 0.58, 0.57 and 0.65 times a resumed one at 3k, 5k, 7k, 10k and 20k
+#: ops (``benchmarks/delta_bound.py --tune``, RESULTS.md), so taking snapshots costs more
+#: than resuming saves at every size measured.
+RESUME_ABOVE: int | None = None
 #: A compiled search's transfer numbers start again once more than this beyond twice the
 #: graph's edges have been met (see :meth:`sim.slots.Slots.renumber`).
 RENUMBER_SLACK = 1024
@@ -78,8 +79,8 @@ def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: 
     where it runs plans in the compiled loop from their arrays (plan order, ``fcfs``,
     ``none`` or ``fair`` links, no shared hosts; faster than the full simulation at every
     size measured, 694 ops and up, ``benchmarks/delta_bound.py``), resuming from snapshots
-    only on graphs of more than :data:`RESUME_ABOVE` ops; else the full simulation
-    (:func:`sim.evaluator`). Each scores every plan alike, to the bit.
+    only on graphs of more than :data:`RESUME_ABOVE` ops (by default on none); else the
+    full simulation (:func:`sim.evaluator`). Each scores every plan alike, to the bit.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads import build_model
@@ -92,7 +93,7 @@ def search_evaluator(graph: Graph, cluster: Cluster, cost: CostModel, *, links: 
     'evaluate'
     """
     delta = DeltaEvaluator(cluster, cost, links=links, order=order,
-                           resume=len(graph) > RESUME_ABOVE)
+                           resume=RESUME_ABOVE is not None and len(graph) > RESUME_ABOVE)
     return delta if delta.compiled else evaluator(cluster, cost, links=links, order=order)
 
 
@@ -218,8 +219,9 @@ class DeltaEvaluator:
     tuning graph apart from the benchmark's);
     ``keep`` how many plans' snapshots are kept. With ``resume=False`` no snapshot is
     taken and every plan runs from its start in the compiled loop (what
-    :func:`search_evaluator` takes on graphs of up to :data:`RESUME_ABOVE` ops, where that is
-    the faster). ``stats`` counts the events simulated and those a restore saved.
+    :func:`search_evaluator` takes, unless :data:`RESUME_ABOVE` says otherwise: under
+    ``mcmc``'s moves that is the faster at every size measured). ``stats`` counts the
+    events simulated and those a restore saved.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from policies import plan

@@ -262,7 +262,8 @@ def test_what_it_does_not_cover_is_simulated_in_full() -> None:
     assert not DeltaEvaluator(c, cost, links="fair", resume=True).resume  # never under fair
 
 
-def test_a_search_resumes_runs_only_on_large_graphs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_search_resumes_runs_only_on_graphs_above_the_threshold(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import sim.delta
 
     c = get_cluster("quad-v100-nvlink")
@@ -272,6 +273,9 @@ def test_a_search_resumes_runs_only_on_large_graphs(monkeypatch: pytest.MonkeyPa
     q = plan(graph, c, "mcmc:evals=40", cost, evaluate=small)
     assert isinstance(small, DeltaEvaluator) and not small.resume
     assert small.stats["restored"] == 0 and q.info["score_s"] == simulate(q, c, cost).makespan_s
+    # by default on none: resuming paid at no size measured (RESUME_ABOVE)
+    assert not search_evaluator(training_graph(build_model("gpt2_small", batch=1, seq_len=8),
+                                               "adam"), c, cost).resume
     monkeypatch.setattr(sim.delta, "RESUME_ABOVE", len(graph) - 1)
     large = search_evaluator(graph, c, cost)
     assert isinstance(large, DeltaEvaluator) and large.resume
