@@ -11,14 +11,16 @@ instances the choice never saw.
    one-shot heuristic.
 
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
-``--keyed`` share and each ``--key-sigmas`` step of the priorities (the default 0.1 is the
-``keyed`` row of the default share); the small graphs' segment and keyed rows let runs of
-units move, and the priority search run, on graphs of any size (by default both only on
-graphs of more than 32 units).
+``--keyed`` share, each ``--key-sigmas`` step of the priorities (the default 0.1 is the
+``keyed`` row of the default share) and each ``--key-screens`` number of priority moves
+decoded per evaluation; the small graphs' segment and keyed rows let runs of units move,
+and the priority search run, on graphs of any size (by default both only on graphs of more
+than 32 units). ``--seeds``: the large graphs' gains are means over these seeds of the
+search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
-                                       [--out F]
+                                       [--key-screens 1,4] [--seeds 0] [--out F]
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -87,7 +90,7 @@ class Setting:
 
 
 def _settings(betas: list[float], segments: list[float], keyed: list[float],
-              sigmas: list[float]) -> list[Setting]:
+              sigmas: list[float], screens: list[float]) -> list[Setting]:
     # runs of units and the priority search on graphs of any size (for the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
     keyed_anywhere = ((search, "KEYED_FROM", 0),)
@@ -95,7 +98,9 @@ def _settings(betas: list[float], segments: list[float], keyed: list[float],
             + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]
             + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
-               for x in sigmas])
+               for x in sigmas]
+            + [Setting(f"key screen {k:g}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", int(k))))
+               for k in screens])
 
 
 def small_graphs(settings: list[Setting]) -> list[str]:
@@ -116,14 +121,15 @@ def small_graphs(settings: list[Setting]) -> list[str]:
     return lines
 
 
-def large_graphs(settings: list[Setting]) -> list[str]:
+def large_graphs(settings: list[Setting], seeds: list[int]) -> list[str]:
     cells = tuning_cells()
     lines = ["| setting | " + " | ".join(f"{c.model} on {c.cluster_name}" for c in cells)
              + " | median |", "|---|" + "---:|" * (len(cells) + 1)]
     for row in settings:
         label = row.label
         with row.applied():
-            gains = [searched(c, row.policy)[0]["gain_vs_heuristic"] for c in cells]
+            gains = [float(np.mean([searched(c, row.policy.clone().set_params(seed=seed))[0][
+                "gain_vs_heuristic"] for seed in seeds])) for c in cells]
         lines.append(f"| {label} | " + " | ".join(f"{g:+.1%}" for g in gains)
                      + f" | {np.median(gains):+.1%} |")
     return lines
@@ -135,19 +141,24 @@ def main() -> None:
     parser.add_argument("--segments", default="0,0.15,0.3")
     parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
     parser.add_argument("--key-sigmas", default="0.05,0.2")
+    parser.add_argument("--key-screens", default="1")
+    parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
     settings = _settings(*([float(x) for x in text.split(",") if x] for text in
-                           (args.betas, args.segments, args.keyed, args.key_sigmas)))
+                           (args.betas, args.segments, args.keyed, args.key_sigmas,
+                            args.key_screens)))
+    seeds = [int(x) for x in args.seeds.split(",") if x]
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
-             f"command: python -m benchmarks.search_tuning --betas {args.betas} "
-             f"--segments {args.segments} --keyed {args.keyed} "
-             f"--key-sigmas {args.key_sigmas}", "",
+             "command: python -m benchmarks.search_tuning " + " ".join(
+                 f"--{name.replace('_', '-')} {shlex.quote(getattr(args, name))}" for name in (
+                     "betas", "segments", "keyed", "key_sigmas", "key_screens", "seeds")), "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
              *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "
-             "2,000 evals:", "", *large_graphs(settings), "",
+             f"2,000 evals, mean over seeds {args.seeds}:", "",
+             *large_graphs(settings, seeds), "",
              f"total {time.perf_counter() - start:.0f} s"]
     print(record(lines, args.out), end="")
 

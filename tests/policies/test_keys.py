@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hwmodels import RooflineCost, get_cluster
 from policies import plan
-from policies.keys import key_search
+from policies.keys import SCREEN, key_search
 from policies.listsched import HEFT
 from policies.plans import Plan
 from policies.problem import Problem, model_makespan
@@ -80,6 +80,48 @@ def test_no_plan_is_scored_twice() -> None:
     made = [(tuple(p.placement.items()), tuple(p.order.items()), tuple(p.priority.items()))
             for p in seen]
     assert len(set(made)) == len(made) > 1
+
+
+def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_else_the_best(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the moves decoded for one evaluation (each estimated by the scheduler), the one
+    scored is the first whose estimate is no worse than the current plan's, else the one of
+    lowest estimate. Scored by the contention-free model, which the estimates equal."""
+    graph = random_dag(40, seed=2)
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    estimates: list[float] = []
+    decode = HEFT.decode
+
+    def spy(self, p, priority, order=None):  # type: ignore[no-untyped-def]
+        placed = decode(self, p, priority, order)
+        estimates.append(placed.estimated_makespan_s)
+        return placed
+
+    monkeypatch.setattr(HEFT, "decode", spy)
+    evaluate = contention_free(cluster, cost)
+    scored: list[tuple[int, float]] = []
+
+    def score(p: Plan) -> float:
+        scored.append((len(estimates), evaluate(p)))
+        return scored[-1][1]
+
+    key_search(Problem(graph, cluster, cost), score, lambda: True, np.random.default_rng(0),
+               60)
+    assert len(scored) == 60 and len(estimates) > len(scored)
+    (before, current), screened = scored[0], 0
+    for count, seconds in scored[1:]:
+        group = estimates[before:count]
+        assert 1 <= len(group) <= SCREEN
+        no_worse = [k for k, e in enumerate(group) if e <= current * (1 + 1e-12)]
+        if no_worse:
+            assert no_worse[0] == len(group) - 1
+            assert seconds == pytest.approx(group[-1], rel=1e-12)
+        else:
+            assert seconds == pytest.approx(min(group), rel=1e-12)
+        screened += len(group) > 1
+        current, before = min(current, seconds), count
+    assert screened > 0
 
 
 def test_a_heft_plan_that_does_not_fit_ends_the_search_and_nothing_left_scores_nothing(
