@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
 import statistics
 import time
 from collections import defaultdict
@@ -206,7 +207,7 @@ def compare(args: argparse.Namespace) -> None:
                          f"machine with a GPU first")
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.gpu_measured compare"
-             + (f" --data {args.data}" if args.data else ""), ""]
+             + (f" --data {shlex.quote(args.data)}" if args.data else ""), ""]
     for path in files:
         lines += [f"#### {path.name}", "", *compare_document(json.loads(path.read_text()))]
     print(record(lines, args.out), end="")

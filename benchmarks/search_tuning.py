@@ -90,7 +90,7 @@ class Setting:
 
 
 def _settings(betas: list[float], segments: list[float], keyed: list[float],
-              sigmas: list[float], screens: list[float]) -> list[Setting]:
+              sigmas: list[float], screens: list[int]) -> list[Setting]:
     # runs of units and the priority search on graphs of any size (for the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
     keyed_anywhere = ((search, "KEYED_FROM", 0),)
@@ -99,7 +99,7 @@ def _settings(betas: list[float], segments: list[float], keyed: list[float],
             + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
                for x in sigmas]
-            + [Setting(f"key screen {k:g}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", int(k))))
+            + [Setting(f"key screen {k}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", k)))
                for k in screens])
 
 
@@ -135,6 +135,14 @@ def large_graphs(settings: list[Setting], seeds: list[int]) -> list[str]:
     return lines
 
 
+def _counts(text: str, name: str, least: int) -> list[int]:
+    """The comma-separated whole numbers of option ``name``, each at least ``least``."""
+    values = [x for x in text.split(",") if x]
+    if not all(x.isdigit() and int(x) >= least for x in values):
+        raise SystemExit(f"search_tuning: {name} must be whole numbers >= {least}, got {text!r}")
+    return [int(x) for x in values]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--betas", default="0.1,0.2,0.4")
@@ -145,10 +153,12 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
+    screens, seeds = (_counts(text, name, least) for text, name, least in (
+        (args.key_screens, "--key-screens", 1), (args.seeds, "--seeds", 0)))
+    if not seeds:
+        parser.error("--seeds: expected at least one seed, got none")
     settings = _settings(*([float(x) for x in text.split(",") if x] for text in
-                           (args.betas, args.segments, args.keyed, args.key_sigmas,
-                            args.key_screens)))
-    seeds = [int(x) for x in args.seeds.split(",") if x]
+                           (args.betas, args.segments, args.keyed, args.key_sigmas)), screens)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(

@@ -10,13 +10,15 @@ whole schedule, so the ops after it follow to where they now finish first.
 
 The decoded plan depends on the priorities only through the order the scheduler takes ops
 in (:func:`policies.listsched.ready_order`), which is also the plan's priority; a move that
-gives an order already decoded is neither decoded nor scored again (and not counted), up to
-:data:`TRIES` moves per plan decoded.
+gives an order already decoded (scored or screened out) is neither decoded nor scored again
+(and not counted), the search drawing at most ``TRIES · SCREEN`` moves per evaluation of
+its budget.
 
 Each evaluation scores the best of up to :data:`SCREEN` decoded moves by the scheduler's own
 estimate (its contention-free makespan, which decoding gives for nothing), the first whose
 estimate is no worse than the current plan's if one comes before: the evaluator's budget
-goes to the moves the list scheduler's model favours, at the price of decoding more.
+goes to the moves the list scheduler's model favours, at the price of decoding more. Where
+``left()`` turns false, no further move is decoded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from policies.listsched import HEFT, ready_order
 from policies.plans import Plan
 from policies.problem import Problem
 
@@ -35,8 +38,9 @@ __all__ = ["KEY_RATE", "KEY_SIGMA", "SCREEN", "TRIES", "key_search"]
 #: Each move multiplies each op's priority, with probability KEY_RATE (at least one op), by
 #: ``exp(KEY_SIGMA · z)``: KEY_SIGMA chosen on ``benchmarks/search_tuning.py``'s cells.
 KEY_SIGMA, KEY_RATE = 0.1, 0.05
-#: Moves per plan decoded, at most, that may give plans already scored before the search
-#: ends.
+#: Moves drawn per move that may be decoded (``TRIES · SCREEN`` per evaluation of the
+#: budget), at most, before the search ends: on a graph with few orders most give one
+#: already decoded.
 TRIES = 4
 #: Moves decoded per evaluation, at most (see the module): on ``benchmarks/search_tuning.py``'s
 #: cells 4 against 1 (each move scored) lifted the gain over the best heuristic on the three
@@ -67,8 +71,6 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     >>> seconds <= evaluate(plan(g, c, "heft", cost))
     True
     """
-    from policies.listsched import HEFT, ready_order
-
     heft = HEFT()
 
     def decode(priority: list[float], order: list[int]) -> tuple[Plan, float]:
@@ -85,10 +87,11 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     best_plan, estimate = decode(current.tolist(), order)
     now = best = score(best_plan)
     seen = {_digest(order)}
-    scored, tries = 1, [0]
-    while scored < evals and tries[0] < TRIES * SCREEN * evals and math.isfinite(now) \
+    scored, drawn = 1, 0
+    while scored < evals and drawn < TRIES * SCREEN * evals and math.isfinite(now) \
             and left():
-        found = _screened(problem, current, estimate, seen, tries, rng, decode)
+        found, tries = _screened(problem, current, estimate, seen, rng, decode, left)
+        drawn += tries
         if found is None:
             continue
         keys, candidate, guess = found
@@ -102,18 +105,17 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
 
 
 def _screened(problem: Problem, current: np.ndarray, estimate: float, seen: set[bytes],
-              tries: list[int], rng: np.random.Generator,
-              decode: Callable[[list[float], list[int]], tuple[Plan, float]]
-              ) -> tuple[np.ndarray, Plan, float] | None:
+              rng: np.random.Generator,
+              decode: Callable[[list[float], list[int]], tuple[Plan, float]],
+              left: Callable[[], bool]) -> tuple[tuple[np.ndarray, Plan, float] | None, int]:
     """Of up to :data:`SCREEN` moves from ``current`` that give orders not yet ``seen``,
-    decoded, the first whose estimate is no worse than ``estimate`` (the current plan's),
-    else the one of lowest estimate: its keys, plan and estimate (None where every move
-    gave an order seen). ``tries`` counts the moves drawn."""
-    from policies.listsched import ready_order
-
+    decoded (no more once ``left()`` turns false), the first whose estimate is no worse
+    than ``estimate`` (the current plan's), else the one of lowest estimate: its keys, plan
+    and estimate (None where every move gave an order seen), and the moves drawn."""
     chosen: tuple[np.ndarray, Plan, float] | None = None
-    for _ in range(SCREEN):
-        tries[0] += 1
+    for tries in range(1, SCREEN + 1):
+        if chosen is not None and not left():
+            return chosen, tries - 1
         keys = _moved(current, rng)
         priority = keys.tolist()
         order = ready_order(problem, priority)
@@ -125,12 +127,12 @@ def _screened(problem: Problem, current: np.ndarray, estimate: float, seen: set[
         if chosen is None or guess < chosen[2]:
             chosen = (keys, candidate, guess)
         if guess <= estimate:
-            break
-    return chosen
+            return chosen, tries
+    return chosen, SCREEN
 
 
 def _digest(order: list[int]) -> bytes:
-    """A short fingerprint of an order (kept for every plan scored: orders are long)."""
+    """A short fingerprint of an order (kept for every plan decoded: orders are long)."""
     return hashlib.blake2b(np.asarray(order, dtype=np.int64).tobytes(), digest_size=16).digest()
 
 

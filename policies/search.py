@@ -37,9 +37,9 @@ Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0
 evaluations left after the starts goes to a search over HEFT's priorities
 (:mod:`policies.keys`): each candidate is HEFT's list schedule under perturbed priorities,
 so a move re-places every op after the one it changed, where a chain's move leaves them all
-where they were; of up to four moves decoded, the scheduler's own estimate picks the one
-scored. The chain then starts from the best of the starts and that search. The
-share was chosen on the same tuning cells (after ``beta`` and ``segments``, which were
+where they were; of up to :data:`policies.keys.SCREEN` moves decoded, the scheduler's own
+estimate picks the one scored. The chain then starts from the best of the starts and that
+search. The share was chosen on the same tuning cells (after ``beta`` and ``segments``, which were
 chosen without it): 0, 0.25, 0.5 and 0.75 gave a median gain of +0.9%, +2.2%, +1.4% and
 +0.8% over the best heuristic (+3.6% to +7.3% and +4.9% to +7.0% on the two cells where it
 matters most), and a step of the priorities of 0.1 beat 0.05 and 0.2 there (at the share

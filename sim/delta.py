@@ -1,5 +1,7 @@
-"""Delta simulation: a search's evaluator that simulates a candidate only from the first
-event its difference from a plan it simulated before can change.
+"""Delta simulation: an evaluator that simulates a candidate only from the first event its
+difference from a plan it simulated before can change (or, with ``resume=False``, every
+candidate from its start from its arrays, as :func:`search_evaluator` does by default:
+under ``mcmc``'s candidates that is the faster, see :data:`RESUME_ABOVE`).
 
 A search scores plans that differ from one another by a move or two. :class:`DeltaEvaluator`
 keeps, for the last few plans it simulated, snapshots of the run's state taken every so many

@@ -85,8 +85,10 @@ def test_no_plan_is_scored_twice() -> None:
 def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_else_the_best(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Of the moves decoded for one evaluation (each estimated by the scheduler), the one
-    scored is the first whose estimate is no worse than the current plan's, else the one of
-    lowest estimate. Scored by the contention-free model, which the estimates equal."""
+    scored is the first whose estimate is no worse than the current plan's estimate, else
+    the one of lowest estimate. Scored as twice the contention-free model, which the
+    estimates equal: a screen against the score rather than the estimate would pass every
+    move."""
     graph = random_dag(40, seed=2)
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
@@ -103,25 +105,50 @@ def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_el
     scored: list[tuple[int, float]] = []
 
     def score(p: Plan) -> float:
-        scored.append((len(estimates), evaluate(p)))
+        scored.append((len(estimates), 2 * evaluate(p)))
         return scored[-1][1]
 
     key_search(Problem(graph, cluster, cost), score, lambda: True, np.random.default_rng(0),
                60)
     assert len(scored) == 60 and len(estimates) > len(scored)
-    (before, current), screened = scored[0], 0
+    (before, now), current, screened = scored[0], estimates[0], 0
     for count, seconds in scored[1:]:
-        group = estimates[before:count]
+        group, chosen = estimates[before:count], seconds / 2
         assert 1 <= len(group) <= SCREEN
         no_worse = [k for k, e in enumerate(group) if e <= current * (1 + 1e-12)]
         if no_worse:
             assert no_worse[0] == len(group) - 1
-            assert seconds == pytest.approx(group[-1], rel=1e-12)
+            assert chosen == pytest.approx(group[-1], rel=1e-12)
         else:
-            assert seconds == pytest.approx(min(group), rel=1e-12)
+            assert chosen == pytest.approx(min(group), rel=1e-12)
         screened += len(group) > 1
-        current, before = min(current, seconds), count
+        if seconds <= now:
+            now, current = seconds, chosen
+        before = count
     assert screened > 0
+
+
+def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = random_dag(40, seed=2)
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    decoded: list[int] = []
+    decode = HEFT.decode
+
+    def spy(self, p, priority, order=None):  # type: ignore[no-untyped-def]
+        decoded.append(1)
+        return decode(self, p, priority, order)
+
+    monkeypatch.setattr(HEFT, "decode", spy)
+    calls: list[int] = []
+
+    def left() -> bool:  # time runs out once HEFT's plan and one move are decoded
+        calls.append(1)
+        return len(decoded) < 2
+
+    score, seen = _counted(contention_free(cluster, cost))
+    key_search(Problem(graph, cluster, cost), score, left, np.random.default_rng(0), 60)
+    assert len(decoded) == 2 and len(seen) == 2  # the one move decoded is still scored
 
 
 def test_a_heft_plan_that_does_not_fit_ends_the_search_and_nothing_left_scores_nothing(
