@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hwmodels import RooflineCost, get_cluster
+from hwmodels import Cluster, RooflineCost, get_cluster
 from policies import plan
 from policies.keys import SCREEN, key_search
 from policies.listsched import HEFT
@@ -21,7 +21,7 @@ from policies.testing import random_dag
 from sim import evaluator, simulate
 from tests.helpers import topcuoglu_instance
 from tests.policies.test_exact import brute_force_makespan, instance
-from workloads import PlacementError
+from workloads import Graph, PlacementError
 
 
 def test_the_upward_ranks_decode_to_the_papers_schedule_of_80() -> None:
@@ -82,16 +82,13 @@ def test_no_plan_is_scored_twice() -> None:
     assert len(set(made)) == len(made) > 1
 
 
-def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_else_the_best(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Of the moves decoded for one evaluation (each estimated by the scheduler), the one
-    scored is the first whose estimate is no worse than the current plan's estimate, else
-    the one of lowest estimate. Scored as twice the contention-free model, which the
-    estimates equal: a screen against the score rather than the estimate would pass every
-    move."""
-    graph = random_dag(40, seed=2)
+def _hetero_dag() -> tuple[Graph, Cluster, RooflineCost]:
     cluster = get_cluster("hetero-box")
-    cost = RooflineCost(cluster)
+    return random_dag(40, seed=2), cluster, RooflineCost(cluster)
+
+
+def _decodes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The estimate of every plan HEFT's decoder makes from now on, in order."""
     estimates: list[float] = []
     decode = HEFT.decode
 
@@ -101,6 +98,18 @@ def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_el
         return placed
 
     monkeypatch.setattr(HEFT, "decode", spy)
+    return estimates
+
+
+def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_else_the_best(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the moves decoded for one evaluation (each estimated by the scheduler), the one
+    scored is the first whose estimate is no worse than the current plan's estimate, else
+    the one of lowest estimate. Scored as twice the contention-free model, which the
+    estimates equal: a screen against the score rather than the estimate would pass every
+    move."""
+    graph, cluster, cost = _hetero_dag()
+    estimates = _decodes(monkeypatch)
     evaluate = contention_free(cluster, cost)
     scored: list[tuple[int, float]] = []
 
@@ -129,21 +138,10 @@ def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_el
 
 
 def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    graph = random_dag(40, seed=2)
-    cluster = get_cluster("hetero-box")
-    cost = RooflineCost(cluster)
-    decoded: list[int] = []
-    decode = HEFT.decode
-
-    def spy(self, p, priority, order=None):  # type: ignore[no-untyped-def]
-        decoded.append(1)
-        return decode(self, p, priority, order)
-
-    monkeypatch.setattr(HEFT, "decode", spy)
-    calls: list[int] = []
+    graph, cluster, cost = _hetero_dag()
+    decoded = _decodes(monkeypatch)
 
     def left() -> bool:  # time runs out once HEFT's plan and one move are decoded
-        calls.append(1)
         return len(decoded) < 2
 
     score, seen = _counted(contention_free(cluster, cost))
