@@ -135,11 +135,14 @@ def large_graphs(settings: list[Setting], seeds: list[int]) -> list[str]:
     return lines
 
 
-def _counts(text: str, name: str, least: int) -> list[int]:
-    """The comma-separated whole numbers of option ``name``, each at least ``least``."""
+def _counts(parser: argparse.ArgumentParser, text: str, name: str, least: int,
+            required: bool) -> list[int]:
+    """The comma-separated whole numbers of option ``name``, each at least ``least`` (at
+    least one where ``required``)."""
     values = [x for x in text.split(",") if x]
-    if not all(x.isdigit() and int(x) >= least for x in values):
-        raise SystemExit(f"search_tuning: {name} must be whole numbers >= {least}, got {text!r}")
+    if not all(x.isdigit() and int(x) >= least for x in values) or (required and not values):
+        parser.error(f"{name}: expected {'one or more ' if required else ''}whole numbers "
+                     f">= {least}, got {text!r}")
     return [int(x) for x in values]
 
 
@@ -153,10 +156,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
-    screens, seeds = (_counts(text, name, least) for text, name, least in (
-        (args.key_screens, "--key-screens", 1), (args.seeds, "--seeds", 0)))
-    if not seeds:
-        parser.error("--seeds: expected at least one seed, got none")
+    screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
+    seeds = _counts(parser, args.seeds, "--seeds", 0, required=True)
     settings = _settings(*([float(x) for x in text.split(",") if x] for text in
                            (args.betas, args.segments, args.keyed, args.key_sigmas)), screens)
     start = time.perf_counter()
