@@ -13,14 +13,18 @@ instances the choice never saw.
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
 ``--keyed`` share, each ``--key-sigmas`` step of the priorities (the default 0.1 is the
 ``keyed`` row of the default share) and each ``--key-screens`` number of priority moves
-decoded per evaluation; the small graphs' segment and keyed rows let runs of units move,
+decoded per evaluation and each ``--key-selects`` choice of device in the priority
+search's decoder (``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs' segment
+and keyed rows let runs of units move,
 and the priority search run, on graphs of any size (by default both only on graphs of more
 than 32 units). ``--seeds``: the large graphs' gains are means over these seeds of the
 search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
-                                       [--key-screens 1,4] [--seeds 0] [--out F]
+                                       [--key-screens 1,4]
+                                       [--key-selects earliest,optimistic] [--seeds 0]
+                                       [--out F]
 """
 
 from __future__ import annotations
@@ -90,7 +94,8 @@ class Setting:
 
 
 def _settings(betas: list[float], segments: list[float], keyed: list[float],
-              sigmas: list[float], screens: list[int]) -> list[Setting]:
+              sigmas: list[float], screens: list[int], selects: list[str]
+              ) -> list[Setting]:
     # runs of units and the priority search on graphs of any size (for the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
     keyed_anywhere = ((search, "KEYED_FROM", 0),)
@@ -100,7 +105,9 @@ def _settings(betas: list[float], segments: list[float], keyed: list[float],
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
                for x in sigmas]
             + [Setting(f"key screen {k}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", k)))
-               for k in screens])
+               for k in screens]
+            + [Setting(f"key select {x}", MCMC(), (*keyed_anywhere, (keys, "SELECT", x)))
+               for x in selects])
 
 
 def small_graphs(settings: list[Setting]) -> list[str]:
@@ -153,18 +160,26 @@ def main() -> None:
     parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
     parser.add_argument("--key-sigmas", default="0.05,0.2")
     parser.add_argument("--key-screens", default="1")
+    parser.add_argument("--key-selects", default="earliest",
+                        help="the priority search's choices of device: earliest, optimistic")
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
     screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
     seeds = _counts(parser, args.seeds, "--seeds", 0, required=True)
+    selects = [x for x in args.key_selects.split(",") if x]
+    if not set(selects) <= {"earliest", "optimistic"}:
+        parser.error(f"--key-selects: expected earliest or optimistic, comma-separated, "
+                     f"got {args.key_selects!r}")
     settings = _settings(*([float(x) for x in text.split(",") if x] for text in
-                           (args.betas, args.segments, args.keyed, args.key_sigmas)), screens)
+                           (args.betas, args.segments, args.keyed, args.key_sigmas)), screens,
+                         selects)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(
                  f"--{name.replace('_', '-')} {shlex.quote(getattr(args, name))}" for name in (
-                     "betas", "segments", "keyed", "key_sigmas", "key_screens", "seeds")), "",
+                     "betas", "segments", "keyed", "key_sigmas", "key_screens", "key_selects",
+                     "seeds")), "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
              *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "

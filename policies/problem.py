@@ -225,6 +225,31 @@ class Problem:
             rank[i] = float(self.mean_times[i]) + tail
         return rank
 
+    @cached_property
+    def optimistic_costs(self) -> np.ndarray:
+        """PEFT's optimistic cost table (Arabnejad and Barbosa, IEEE TPDS 2014), ops x
+        devices: with op ``i`` on device ``k``, the longest over its successors ``j`` of the
+        shortest way to finish ``j`` and every path after it, each op on the device best
+        for it, a mean transfer where ``j``'s device is not ``k`` (0 for an exit op)::
+
+            OCT(i, k) = max_j min_w [OCT(j, w) + t(j, w) + (w != k) * c(i, j)]
+
+        >>> from hwmodels import RooflineCost, get_cluster
+        >>> from workloads import build_model
+        >>> c = get_cluster("workstation")
+        >>> p = Problem(build_model("mlp", batch=8), c, RooflineCost(c))
+        >>> bool((p.optimistic_costs[-1] == 0).all())  # the last op has no successor
+        True
+        """
+        table = np.zeros_like(self.times)
+        for i in range(self.n - 1, -1, -1):
+            for j, t in self.succs[i]:
+                ahead = table[j] + self.times[j]  # inf where j cannot run
+                # j on device k itself, or on the best device and a transfer from k
+                reach = np.minimum(ahead, ahead.min() + self.mean_comm(t))
+                np.maximum(table[i], reach, out=table[i])
+        return table
+
     def downward_rank(self) -> list[float]:
         """CPOP's ``rank_d``: the costliest mean-cost path from an entry, excluding the op."""
         rank = [0.0] * self.n

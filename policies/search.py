@@ -35,9 +35,10 @@ chain's global order starts as one that gives the best start's device orders bac
 
 Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.25) of the
 evaluations left after the starts goes to a search over HEFT's priorities
-(:mod:`policies.keys`): each candidate is HEFT's list schedule under perturbed priorities,
-so a move re-places every op after the one it changed, where a chain's move leaves them all
-where they were; of up to :data:`policies.keys.SCREEN` moves decoded, the scheduler's own
+(:mod:`policies.keys`): each candidate is a list schedule under perturbed priorities
+(HEFT's scheduler, each op's device chosen by PEFT's predicted finish), so a move
+re-places every op after the one it changed, where a chain's move leaves them all where
+they were; of up to :data:`policies.keys.SCREEN` moves decoded, the scheduler's own
 estimate picks the one scored. The chain then starts from the best of the starts and that
 search. The share was chosen on the same tuning cells (after ``beta`` and ``segments``, which were
 chosen without it): 0, 0.25, 0.5 and 0.75 gave a median gain of +0.9%, +2.2%, +1.4% and

@@ -60,26 +60,48 @@ TOPCUOGLU_EDGES = {(1, 2): 18, (1, 3): 12, (1, 4): 9, (1, 5): 11, (1, 6): 14, (2
                    (7, 10): 17, (8, 10): 11, (9, 10): 13}
 
 
+# Arabnejad and Barbosa (IEEE TPDS 2014), PEFT's worked example: ten tasks on three
+# processors.
+ARABNEJAD_COMP = {1: (22, 21, 36), 2: (22, 18, 18), 3: (32, 27, 43), 4: (7, 10, 4),
+                  5: (29, 27, 35), 6: (26, 17, 24), 7: (14, 25, 30), 8: (29, 23, 36),
+                  9: (15, 21, 8), 10: (13, 16, 33)}
+ARABNEJAD_EDGES = {(1, 2): 17, (1, 3): 31, (1, 4): 29, (1, 5): 13, (1, 6): 7, (2, 8): 3,
+                   (2, 9): 30, (3, 7): 16, (4, 8): 11, (4, 9): 7, (5, 9): 57, (6, 8): 5,
+                   (7, 10): 9, (8, 10): 42, (9, 10): 7}
+
+
 def topcuoglu_instance(copy_engines: int = 1) -> tuple[Graph, Cluster, CostModel]:
-    """The paper's task graph (one tensor per edge, so each edge has its own cost), three
+    """Topcuoglu's task graph on three fully connected processors (:func:`table_instance`)."""
+    return table_instance("topcuoglu2002", TOPCUOGLU_COMP, TOPCUOGLU_EDGES, copy_engines)
+
+
+def arabnejad_instance() -> tuple[Graph, Cluster, CostModel]:
+    """PEFT's worked example on three fully connected processors (:func:`table_instance`)."""
+    return table_instance("arabnejad2014", ARABNEJAD_COMP, ARABNEJAD_EDGES)
+
+
+def table_instance(name: str, comp: dict[int, tuple[int, int, int]],
+                   edges: dict[tuple[int, int], int],
+                   copy_engines: int = 1) -> tuple[Graph, Cluster, CostModel]:
+    """A published task graph (one tensor per edge, so each edge has its own cost), three
     fully connected processors, and its cost matrix as a ``table`` cost model."""
     from hwmodels import TableCost
 
     ops = []
-    for t in range(1, 11):
-        outs = tuple(Tensor(f"n{t}->n{b}", (1,)) for (a, b) in TOPCUOGLU_EDGES if a == t)
-        ins = tuple(f"n{a}->n{t}" for (a, b) in TOPCUOGLU_EDGES if b == t)
+    for t in sorted(comp):
+        outs = tuple(Tensor(f"n{t}->n{b}", (1,)) for (a, b) in edges if a == t)
+        ins = tuple(f"n{a}->n{t}" for (a, b) in edges if b == t)
         ops.append(Op(f"n{t}", "opaque", "matmul", inputs=ins,
                       outputs=outs or (Tensor(f"n{t}.out", (1,)),)))
-    graph = Graph("topcuoglu2002", ops)
+    graph = Graph(name, ops)
     devices = tuple(Device(f"p{i}", "cpu", peak={"fp32": 1e9}, memory_bytes=2**30,
                            memory_bandwidth=1e9, copy_engines=copy_engines) for i in (1, 2, 3))
     cluster = Cluster("three", devices, (Link("p1", "p2", 1e9), Link("p1", "p3", 1e9),
                                          Link("p2", "p3", 1e9)))
     cost = TableCost(cluster,
                      {f"n{t}": {f"p{i + 1}": v for i, v in enumerate(row)}
-                      for t, row in TOPCUOGLU_COMP.items()},
-                     {f"n{a}->n{b}": w for (a, b), w in TOPCUOGLU_EDGES.items()})
+                      for t, row in comp.items()},
+                     {f"n{a}->n{b}": w for (a, b), w in edges.items()})
     return graph, cluster, cost
 
 

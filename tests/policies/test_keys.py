@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hwmodels import Cluster, RooflineCost, get_cluster
 from policies import plan
-from policies.keys import SCREEN, key_search
+from policies.keys import SCREEN, PredictedFinish, key_search
 from policies.listsched import HEFT
 from policies.plans import Plan
 from policies.problem import Problem, model_makespan
@@ -45,6 +45,20 @@ def test_any_priorities_decode_to_a_valid_plan_the_contention_free_model_agrees_
                                                                 rel=1e-12, abs=1e-15)
 
 
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 14), seed=st.integers(0, 10**6),
+       keys=st.lists(st.floats(0.01, 100.0), min_size=14, max_size=14))
+def test_on_identical_devices_the_predicted_finish_chooses_as_heft(
+        n: int, seed: int, keys: list[float]) -> None:
+    # every device's optimistic cost is the same there, so the least finish decides
+    cluster = get_cluster("quad-v100-nvlink")
+    graph, cost = random_dag(n, seed=seed), RooflineCost(cluster)
+    p = Problem(graph, cluster, cost)
+    assert np.ptp(p.optimistic_costs, axis=1).max(initial=0.0) == 0.0
+    priority = keys[:p.n]
+    assert PredictedFinish().decode(p, priority) == HEFT().decode(p, priority)
+
+
 def _counted(score):  # type: ignore[no-untyped-def]
     seen: list[Plan] = []
 
@@ -66,9 +80,10 @@ def test_the_search_never_beats_the_optimum_nor_loses_to_heft(seed: int) -> None
     best, found = out
     assert 1 <= len(seen) <= 60
     assert best == evaluate(found) == min(evaluate(p) for p in seen)
-    # the first plan scored is HEFT's own (its priorities aside)
-    heft = plan(graph, cluster, "heft", cost)
-    assert (seen[0].placement, seen[0].order) == (heft.placement, heft.order)
+    # the first plan scored is the upward ranks decoded (its priorities aside)
+    first = PredictedFinish().decode(Problem(graph, cluster, cost), Problem(
+        graph, cluster, cost).upward_rank())
+    assert (seen[0].placement, seen[0].order) == (first.devices, first.order)
     assert brute_force_makespan(Problem(graph, cluster, cost)) - 1e-9 <= best
 
 
@@ -184,12 +199,13 @@ def test_mcmc_spends_its_keyed_share_first_and_counts_it() -> None:
     score, seen = _counted(evaluator(cluster, cost))
     p = plan(graph, cluster, MCMC(evals=60, keyed=0.5, seed=1), cost, evaluate=score)
     assert len(seen) == p.info["evals"] == 60
-    # the starts (3), then up to half of the rest (28) decoded by HEFT's scheduler from
-    # perturbed priorities: HEFT's plan first
+    # the starts (3), then up to half of the rest (28) decoded by the list scheduler from
+    # perturbed priorities: the upward ranks' plan first
     keyed = seen[3:3 + p.info["keyed_evals"]]
     assert 1 < len(keyed) <= 28
-    heft = plan(graph, cluster, "heft", cost)
-    assert (keyed[0].placement, keyed[0].order) == (heft.placement, heft.order)
+    problem = Problem(graph, cluster, cost)
+    first = PredictedFinish().decode(problem, problem.upward_rank())
+    assert (keyed[0].placement, keyed[0].order) == (first.devices, first.order)
     assert p.info["keyed_score_s"] == min(evaluator(cluster, cost)(k) for k in keyed)
     assert p.info["score_s"] <= min(p.info["keyed_score_s"], p.info["start_score_s"])
     assert p.info["score_s"] == simulate(p, cluster, cost).makespan_s

@@ -1,13 +1,14 @@
-"""A published scheduling instance, reproduced through the ``table`` cost model."""
+"""Published scheduling instances, reproduced through the ``table`` cost model."""
 
 from __future__ import annotations
 
 import pytest
 
 from policies import plan
+from policies.keys import PredictedFinish
 from policies.problem import Problem
 from sim import simulate
-from tests.helpers import topcuoglu_instance
+from tests.helpers import arabnejad_instance, topcuoglu_instance
 from tests.sim.oracle import naive_simulate
 
 
@@ -29,6 +30,27 @@ def test_heft_schedule_length_is_the_papers_80() -> None:
     assert p.estimated_makespan_s == 80.0
     assert {d: sorted(ops, key=lambda n: int(n[1:])) for d, ops in p.order.items()} == {
         "p1": ["n2", "n8"], "p2": ["n4", "n6", "n9", "n10"], "p3": ["n1", "n3", "n5", "n7"]}
+
+
+def test_peft_optimistic_ranks_match_the_paper() -> None:
+    # Arabnejad and Barbosa 2014, Table 2 (rank_oct: each task's mean optimistic cost).
+    graph, cluster, cost = arabnejad_instance()
+    p = Problem(graph, cluster, cost)
+    rank = p.optimistic_costs.mean(axis=1)
+    expected = {1: 72.7, 2: 41.0, 3: 37.0, 4: 43.7, 5: 31.0, 6: 41.7, 7: 17.0, 8: 20.7,
+                9: 16.3, 10: 0.0}
+    assert {int(k[1:]): round(float(v), 1) for k, v in zip(p.names, rank, strict=True)} \
+        == expected
+
+
+def test_peft_schedule_length_is_the_papers_122() -> None:
+    # PEFT: rank_oct priorities, each task where its finish plus optimistic cost is least;
+    # the paper's schedule takes 122 with five tasks on P1, three on P2 and two on P3.
+    graph, cluster, cost = arabnejad_instance()
+    p = Problem(graph, cluster, cost)
+    placed = PredictedFinish().decode(p, p.optimistic_costs.mean(axis=1).tolist())
+    assert placed.estimated_makespan_s == 122.0
+    assert {d: len(ops) for d, ops in placed.order.items()} == {"p1": 5, "p2": 3, "p3": 2}
 
 
 def test_the_same_plan_under_link_contention_takes_longer() -> None:
