@@ -164,7 +164,10 @@ class PredictedFinish(HEFT):
 
     def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
                state: Any = None) -> tuple[float, int]:
-        ahead = state[op].tolist()
+        row = state[op]
+        # above the least, so that where every device's is the same (identical devices)
+        # the finish times compare exactly as HEFT's, unrounded by a large common term
+        ahead = (row - row.min()).tolist()
         best = (math.inf, 0.0, 0)  # (finish plus cost ahead, start, device)
         for d, line in enumerate(lines):
             duration = float(p.times[op, d])
