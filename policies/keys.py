@@ -86,10 +86,10 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     >>> seconds <= evaluate(plan(g, c, "heft", cost))
     True
     """
-    heft = PredictedFinish() if SELECT == "optimistic" else HEFT()
+    decoder = PredictedFinish() if SELECT == "optimistic" else HEFT()
 
     def decode(priority: list[float], order: list[int]) -> tuple[Plan, float]:
-        placed = heft.decode(problem, priority, order)
+        placed = decoder.decode(problem, priority, order)
         assert placed.order is not None  # a list schedule orders every device
         assert placed.estimated_makespan_s is not None
         return Plan(problem.graph, placed.devices, placed.order, policy=policy,
