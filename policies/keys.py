@@ -56,9 +56,10 @@ SCREEN = 4
 #: How the decoder picks an op's device: ``"optimistic"``, PEFT's least finish time plus
 #: optimistic cost, or ``"earliest"``, HEFT's least finish time. On
 #: ``benchmarks/search_tuning.py``'s cells (means of four seeds) PEFT's choice lifted the
-#: gain over the best heuristic on two of the three heterogeneous cells (+4.0% to +4.2%,
-#: +6.0% to +6.7%; the third +0.1% either way) and left the three others as they were: on
-#: identical devices the optimistic cost is the same everywhere and the two choose alike.
+#: gain over the best heuristic on two of the four heterogeneous cells (+4.0% to +4.2%,
+#: +6.0% to +6.7%; the other two the same to a tenth of a point) and left the two of
+#: identical devices as they were: there the optimistic cost is the same everywhere and the
+#: two choose alike.
 #: On the small graphs, searched by priorities too there, it reached 33 optima of 40
 #: against 32.
 SELECT = "optimistic"
@@ -72,7 +73,8 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     false: the best score and plan, or None where nothing was scored. ``score`` scores and
     counts one plan. Where that first plan does not fit (an infinite score) the search
     stops there: the decoder places without regard to memory, so its neighbours would not
-    fit either.
+    fit either. On devices that differ it may end slower than HEFT's own plan, which it
+    does not score (``mcmc`` scores it among its starts).
 
     >>> from hwmodels import RooflineCost, get_cluster
     >>> from policies import plan

@@ -128,8 +128,8 @@ class MCMC(PlacementPolicy):
                         "together (0 to 1)"),
               Param("keyed", "float", KEYED,
                     doc="the share of the evaluations left after the starts spent first on "
-                        "HEFT's list scheduler under perturbed priorities (0 to 1), on "
-                        "graphs of more than 32 ops and groups"),
+                        "list schedules under perturbed priorities (0 to 1), on graphs of "
+                        "more than 32 ops and groups"),
               Param("restarts", "int", 4, minimum=1,
                     doc="chains, each from the best plan found so far"),
               Param("start", "str", "heft+metis+m_etf",
@@ -276,7 +276,8 @@ class _Search:
             "best_per_restart_s": per_restart})
 
     def keyed(self) -> tuple[float, Plan] | None:
-        """The search over HEFT's priorities (:func:`policies.keys.key_search`) on a share
+        """The search over list-scheduling priorities (:func:`policies.keys.key_search`),
+        from HEFT's upward ranks, on a share
         ``keyed`` of the evaluations left, on graphs of more than 32 units (None where it
         does not run): its best score and plan."""
         evals = int(self.policy.keyed * (self.policy.evals - self.used))

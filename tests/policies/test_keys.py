@@ -19,7 +19,7 @@ from policies.problem import Problem, model_makespan
 from policies.search import KEYED_FROM, MCMC, contention_free
 from policies.testing import random_dag
 from sim import evaluator, simulate
-from tests.helpers import topcuoglu_instance
+from tests.helpers import table_instance, topcuoglu_instance
 from tests.policies.test_exact import brute_force_makespan, instance
 from workloads import Graph, PlacementError
 
@@ -59,6 +59,25 @@ def test_on_identical_devices_the_predicted_finish_chooses_as_heft(
     assert PredictedFinish().decode(p, priority) == HEFT().decode(p, priority)
 
 
+@pytest.mark.parametrize(("first", "makespan", "devices"), [
+    # n1 ends first on p1, but n2 then waits 5 for its input or runs 10 there: PEFT puts
+    # both on p2 (2 + 1 = 3) where HEFT ends at 1 + 5 + 1 = 7
+    ((1, 2, 1000), 3.0, {"n1": "p2", "n2": "p2"}),
+    # n1 takes 20 on p2: finish time plus optimistic cost (1 + 6 against 20 + 1) keeps it on
+    # p1, then 1 + 5 + 1 = 7; by start plus optimistic cost alone it would end at 21
+    ((1, 20, 1000), 7.0, {"n1": "p1", "n2": "p2"}),
+])
+def test_the_predicted_finish_on_a_two_op_chain_is_the_closed_form(
+        first: tuple[int, int, int], makespan: float, devices: dict[str, str]) -> None:
+    graph, cluster, cost = table_instance("chain", {1: first, 2: (10, 1, 1000)}, {(1, 2): 5})
+    p = Problem(graph, cluster, cost)
+    assert p.optimistic_costs[0].tolist() == [6.0, 1.0, 6.0]  # n2: 10, 1, or 1 after 5
+    placed = PredictedFinish().decode(p, p.upward_rank())
+    assert placed.estimated_makespan_s == makespan
+    assert placed.devices == devices
+    assert HEFT().decode(p, p.upward_rank()).estimated_makespan_s == 7.0
+
+
 def _counted(score):  # type: ignore[no-untyped-def]
     seen: list[Plan] = []
 
@@ -70,7 +89,7 @@ def _counted(score):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_search_never_beats_the_optimum_nor_loses_to_heft(seed: int) -> None:
+def test_the_search_never_beats_the_optimum_and_keeps_the_best_it_scored(seed: int) -> None:
     graph, cluster, cost = instance(7, seed, devices=3)
     evaluate = contention_free(cluster, cost)
     score, seen = _counted(evaluate)
@@ -156,7 +175,7 @@ def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> 
     graph, cluster, cost = _hetero_dag()
     decoded = _decodes(monkeypatch)
 
-    def left() -> bool:  # time runs out once HEFT's plan and one move are decoded
+    def left() -> bool:  # time runs out once the first plan and one move are decoded
         return len(decoded) < 2
 
     score, seen = _counted(contention_free(cluster, cost))
