@@ -12,13 +12,12 @@ instances the choice never saw.
 
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
 ``--keyed`` share, each ``--key-sigmas`` step of the priorities (the default 0.1 is the
-``keyed`` row of the default share) and each ``--key-screens`` number of priority moves
+``keyed`` row of the default share), each ``--key-screens`` number of priority moves
 decoded per evaluation and each ``--key-selects`` choice of device in the priority
-search's decoder (``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs' segment
-and keyed rows let runs of units move,
-and the priority search run, on graphs of any size (by default both only on graphs of more
-than 32 units). ``--seeds``: the large graphs' gains are means over these seeds of the
-search.
+search's decoder (``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs'
+segment and keyed rows let runs of units move, and the priority search run, on graphs of
+any size (by default both only on graphs of more than 32 units). ``--seeds``: the large
+graphs' gains are means over these seeds of the search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]

@@ -169,14 +169,7 @@ class PredictedFinish(HEFT):
         row = state[op]
         # above the least, so that where every device's is the same (identical devices)
         # the finish times compare exactly as HEFT's, unrounded by a large common term
-        ahead = (row - row.min()).tolist()
-        best = (math.inf, 0.0, 0)  # (finish plus cost ahead, start, device)
-        for d, line in enumerate(lines):
-            duration = float(p.times[op, d])
-            start = line.earliest_start(ready[d], duration)
-            if start + duration + ahead[d] < best[0]:
-                best = (start + duration + ahead[d], start, d)
-        return best[1], best[2]
+        return self.least_finish(p, op, ready, lines, (row - row.min()).tolist())
 
 
 def _digest(order: list[int]) -> bytes:

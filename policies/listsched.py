@@ -138,13 +138,21 @@ class _InsertionScheduler(PlacementPolicy):
 
     def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
                state: Any = None) -> tuple[float, int]:
-        best = (float("inf"), float("inf"), 0)
+        return self.least_finish(p, op, ready, lines)
+
+    @staticmethod
+    def least_finish(p: Problem, op: int, ready: list[float], lines: list[Timeline],
+                     ahead: list[float] | None = None) -> tuple[float, int]:
+        """The start and device where ``op`` finishes first, with insertion (plus
+        ``ahead[d]`` on device ``d`` where given), the first such device on a tie."""
+        best = (float("inf"), float("inf"), 0)  # (finish plus ahead, start, device)
         for d, line in enumerate(lines):
             duration = p.times[op, d]
             start = line.earliest_start(ready[d], duration)
-            if start + duration < best[0] + best[1]:
-                best = (start, duration, d)
-        return best[0], best[2]
+            finish = start + duration if ahead is None else start + duration + ahead[d]
+            if finish < best[0]:
+                best = (finish, start, d)
+        return best[1], best[2]
 
     load_aware = True
 
