@@ -127,6 +127,7 @@ def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
             "start": p.info["start"], "start_vs_bound": p.info["start_score_s"] / cell.bound,
             "mcmc_vs_bound": p.info["score_s"] / cell.bound,
             "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
+            "best_eval": p.info["best_eval"],
             "seconds": time.perf_counter() - start}, p.info["score_s"]
 
 

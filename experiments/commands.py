@@ -386,8 +386,8 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
 
 
 #: What a search policy reports of its run (``policies.search``).
-_SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "keyed_evals", "keyed_score_s",
-                "accepted", "stopped_by")
+_SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "best_eval", "keyed_evals",
+                "keyed_score_s", "accepted", "stopped_by")
 
 
 def _search_line(info: dict[str, Any]) -> list[str]:
@@ -399,6 +399,7 @@ def _search_line(info: dict[str, Any]) -> list[str]:
         f"best {found * 1e3:.3f} ms)" if math.isfinite(found) else "none that fits)")
     return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
             f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations{keyed}, "
+            f"best at evaluation {info['best_eval']}, "
             f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})"]
 
 

@@ -27,8 +27,10 @@ of units lifted the median gain over the best heuristic from -0.2% to +0.9% and 
 cell from -22% to -1.5%, and on the small graphs cost optima (35 of 40 without them, 32
 with), hence only on large graphs (``benchmarks/search_tuning.py``). The budget is a
 number of evaluations (every plan scored counts, the starts included), never wall time, so
-a seed gives the same plan on any machine under any load; ``time_limit_s`` (off by
-default) adds a wall-clock cap at the price of that guarantee. The search restarts
+a seed gives the same plan on any machine under any load; ``patience`` (off by default)
+ends the search once that many evaluations in a row found nothing faster than the best so
+far, still counted in evaluations; ``time_limit_s`` (off by default) adds a wall-clock cap
+at the price of that guarantee. The search restarts
 ``restarts`` times from the best plan found so far, and returns the best plan it scored, so
 it is never worse than its start. The starts are scored as their policies made them; the
 chain's global order starts as one that gives the best start's device orders back.
@@ -108,8 +110,9 @@ class MCMC(PlacementPolicy):
     """Metropolis-Hastings over placements with an evaluator in the loop (see the module).
 
     ``info`` of the plan reports the start, the evaluations spent (``keyed_evals`` of them
-    on priorities, whose best score is ``keyed_score_s``), the chain's moves accepted, what
-    stopped the search and the best score at each restart.
+    on priorities, whose best score is ``keyed_score_s``) and the one that scored the plan
+    returned (``best_eval``, 1-based), the chain's moves accepted, what stopped the search
+    (``evals``, ``patience`` or ``time_limit_s``) and the best score at each restart.
     """
 
     name = "mcmc"
@@ -135,12 +138,16 @@ class MCMC(PlacementPolicy):
               Param("start", "str", "heft+metis+m_etf",
                     doc="the policies whose best plan the search starts from, joined by +"),
               Param("seed", "seed", 0, doc="fixes the moves"),
+              Param("patience", "int", None, minimum=1, optional=True,
+                    doc="stop once this many evaluations in a row found no plan faster "
+                        "than the best so far (off by default)"),
               Param("time_limit_s", "float", None, minimum=0, optional=True,
                     doc="a wall-clock cap (the plan then depends on the machine)"))
 
     def __init__(self, evals: int = 2000, beta: float = 0.2, segments: float = 0.3,
                  keyed: float = KEYED, restarts: int = 4, start: str = "heft+metis+m_etf",
-                 seed: Seed = 0, time_limit_s: float | None = None) -> None:
+                 seed: Seed = 0, patience: int | None = None,
+                 time_limit_s: float | None = None) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
         self.segments: float = self._share("segments", segments, "the moves")
@@ -148,6 +155,7 @@ class MCMC(PlacementPolicy):
         self.restarts: int = self.checked("restarts", restarts)
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)
+        self.patience: int | None = self.checked("patience", patience)
         self.time_limit_s = self.checked("time_limit_s", time_limit_s)
         starts = _starts(self.start)
         for spec in starts:
@@ -186,15 +194,22 @@ class _Search:
         self.evaluate, self.rng = evaluate, make_rng(policy.seed)
         self.problem = Problem(graph, cluster, cost)
         self.used = 0
+        #: the least score so far, and the evaluation (1-based) that first scored it
+        self.least, self.found_at = math.inf, 0
         self.began = time.perf_counter()
         self.stopped = "evals"
 
     def left(self) -> bool:
-        limit = self.policy.time_limit_s
+        limit, patience = self.policy.time_limit_s, self.policy.patience
         if limit is not None and time.perf_counter() - self.began > limit:
             self.stopped = "time_limit_s"
             return False
-        return self.used < self.policy.evals
+        if self.used >= self.policy.evals:
+            return False  # stopped by "evals", as it says already
+        if patience is not None and self.used - self.found_at >= patience:
+            self.stopped = "patience"
+            return False
+        return True
 
     def score(self, where: list[int], ranked: list[str]) -> tuple[float, Plan]:
         p = self.problem
@@ -207,7 +222,10 @@ class _Search:
     def scored(self, candidate: Plan) -> float:
         """The evaluator's score of ``candidate``, counted against the budget."""
         self.used += 1
-        return self.evaluate(candidate)
+        seconds = self.evaluate(candidate)
+        if seconds < self.least or self.found_at == 0:  # none fits: the first is kept
+            self.least, self.found_at = seconds, self.used
+        return seconds
 
     def state(self, p: Plan) -> tuple[list[int], list[str]]:
         """The chain's state for plan ``p``: each op's device index, and a global order
@@ -272,7 +290,8 @@ class _Search:
                          priority=best_plan.priority or _priorities(best_state[1]), info={
             "start": start, "start_score_s": first, "score_s": best,
             "keyed_evals": keyed_evals, "keyed_score_s": None if keyed is None else keyed[0],
-            "evals": self.used, "accepted": accepted, "stopped_by": self.stopped,
+            "evals": self.used, "best_eval": self.found_at, "accepted": accepted,
+            "stopped_by": self.stopped,
             "best_per_restart_s": per_restart})
 
     def keyed(self) -> tuple[float, Plan] | None:

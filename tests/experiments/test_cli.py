@@ -460,6 +460,16 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     assert data["search"]["score_s"] == data["makespan_s"]
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
     assert data["search"]["keyed_evals"] == 0 and data["search"]["keyed_score_s"] is None
+    assert 1 <= data["search"]["best_eval"] <= 25
+
+
+def test_a_search_with_patience_says_what_stopped_it(capsys) -> None:
+    code, out, _ = run(capsys, "simulate", "--model", "mlp", "--batch", "16", "--train",
+                       "--cluster", "hetero-box", "--policy",
+                       "mcmc:evals=5000,patience=3", "--json")
+    search = json.loads(out)["search"]
+    assert code == 0 and search["stopped_by"] == "patience"
+    assert search["evals"] == search["best_eval"] + 3
 
 
 def test_a_search_on_a_large_graph_reports_its_priority_search(capsys) -> None:
@@ -469,7 +479,8 @@ def test_a_search_on_a_large_graph_reports_its_priority_search(capsys) -> None:
     # three starts, then half of the 17 left on HEFT's priorities
     assert code == 0 and re.fullmatch(
         r"  search +[\d.]+ ms \(from \w+\) -> [\d.]+ ms in 20 evaluations \(8 on HEFT's "
-        r"priorities, best [\d.]+ ms\), \d+ chain moves accepted \(stopped by evals\)",
+        r"priorities, best [\d.]+ ms\), best at evaluation \d+, \d+ chain moves accepted "
+        r"\(stopped by evals\)",
         lines[0])
 
 

@@ -118,6 +118,62 @@ def test_the_first_start_is_scored_whatever_the_time_limit() -> None:
     assert p.info["evals"] == 1 and p.info["stopped_by"] == "time_limit_s"
 
 
+def _recorded(score):  # type: ignore[no-untyped-def]
+    """``score``, keeping what it returned, in order."""
+    seen: list[float] = []
+
+    def scored(p):  # type: ignore[no-untyped-def]
+        seen.append(score(p))
+        return seen[-1]
+
+    return scored, seen
+
+
+@pytest.mark.parametrize(("graph", "cluster"), [
+    (training_graph(build_model("mlp", batch=16), "adam"), "hetero-box"),
+    (random_dag(60, seed=3), "workstation")])  # large enough for the priority search
+def test_best_eval_is_the_first_evaluation_that_scored_the_plan_returned(
+        graph, cluster) -> None:  # type: ignore[no-untyped-def]
+    cluster = get_cluster(cluster)
+    cost = RooflineCost(cluster)
+    score, seen = _recorded(evaluator(cluster, cost))
+    p = plan(graph, cluster, MCMC(evals=120, seed=2), cost, evaluate=score)
+    assert len(seen) == p.info["evals"] == 120
+    assert seen[p.info["best_eval"] - 1] == p.info["score_s"] == min(seen)
+    assert min(seen[:p.info["best_eval"] - 1], default=math.inf) > p.info["score_s"]
+
+
+@pytest.mark.parametrize("patience", [1, 5, 30])
+def test_patience_stops_after_so_many_evaluations_without_a_faster_plan(patience) -> None:  # type: ignore[no-untyped-def]
+    graph = random_dag(60, seed=3)
+    cluster = get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    score, seen = _recorded(evaluator(cluster, cost))
+    p = plan(graph, cluster, MCMC(evals=5000, patience=patience, seed=1), cost,
+             evaluate=score)
+    found = p.info["best_eval"]
+    assert p.info["stopped_by"] == "patience" and len(seen) == found + patience
+    # nothing in the last `patience` evaluations was faster, and every improvement before
+    # came within `patience` evaluations of the one before it
+    assert min(seen[found:]) >= seen[found - 1] == p.info["score_s"]
+    bests = [k for k in range(len(seen)) if seen[k] < min(seen[:k], default=math.inf)]
+    assert all(b - a <= patience for a, b in zip([0, *bests], bests, strict=False))
+    again = plan(graph, cluster, MCMC(evals=5000, patience=patience, seed=1), cost,
+                 evaluate=evaluator(cluster, cost))
+    assert (again.placement, again.order) == (p.placement, p.order)
+
+
+def test_patience_larger_than_the_budget_changes_nothing() -> None:
+    graph = training_graph(build_model("mlp", batch=16), "adam")
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    runs = [plan(graph, cluster, MCMC(evals=80, patience=p, seed=3), cost)
+            for p in (None, 80)]
+    infos = [{k: v for k, v in r.info.items() if k != "policy_params"} for r in runs]
+    assert infos[0] == infos[1] and infos[0]["stopped_by"] == "evals"
+    assert runs[0].placement == runs[1].placement
+
+
 def test_nothing_to_change_spends_no_evaluations() -> None:
     # a chain of ops on one device: no other device, no two neighbours free to swap
     from hwmodels import Cluster
