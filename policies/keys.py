@@ -88,26 +88,18 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     >>> seconds <= evaluate(plan(g, c, "heft", cost))
     True
     """
-    decoder = PredictedFinish() if SELECT == "optimistic" else HEFT()
-
-    def decode(priority: list[float], order: list[int]) -> tuple[Plan, float]:
-        placed = decoder.decode(problem, priority, order)
-        assert placed.order is not None  # a list schedule orders every device
-        assert placed.estimated_makespan_s is not None
-        return Plan(problem.graph, placed.devices, placed.order, policy=policy,
-                    priority=_priority(problem, order)), placed.estimated_makespan_s
-
     if evals < 1 or not left():
         return None
+    moves = _Decoded(problem, policy, left, rng)
     current = np.asarray(problem.upward_rank(), dtype=float)
     order = ready_order(problem, current.tolist())
-    best_plan, estimate = decode(current.tolist(), order)
+    best_plan, estimate = moves.decode(current.tolist(), order)
     now = best = score(best_plan)
-    seen = {_digest(order)}
+    moves.seen.add(_digest(order))
     scored, drawn = 1, 0
     while scored < evals and drawn < TRIES * SCREEN * evals and math.isfinite(now) \
             and left():
-        found, tries = _screened(problem, current, estimate, seen, rng, decode, left)
+        found, tries = moves.screened(current, estimate)
         drawn += tries
         if found is None:
             continue
@@ -121,31 +113,49 @@ def key_search(problem: Problem, score: Callable[[Plan], float], left: Callable[
     return best, best_plan
 
 
-def _screened(problem: Problem, current: np.ndarray, estimate: float, seen: set[bytes],
-              rng: np.random.Generator,
-              decode: Callable[[list[float], list[int]], tuple[Plan, float]],
-              left: Callable[[], bool]) -> tuple[tuple[np.ndarray, Plan, float] | None, int]:
-    """Of up to :data:`SCREEN` moves from ``current`` that give orders not yet ``seen``,
-    decoded (no more once ``left()`` turns false), the first whose estimate is no worse
-    than ``estimate`` (the current plan's), else the one of lowest estimate: its keys, plan
-    and estimate (None where every move gave an order seen), and the moves drawn."""
-    chosen: tuple[np.ndarray, Plan, float] | None = None
-    for tries in range(1, SCREEN + 1):
-        if chosen is not None and not left():
-            return chosen, tries - 1
-        keys = _moved(current, rng)
-        priority = keys.tolist()
-        order = ready_order(problem, priority)
-        digest = _digest(order)
-        if digest in seen:
-            continue  # the same plan as one decoded
-        seen.add(digest)
-        candidate, guess = decode(priority, order)
-        if chosen is None or guess < chosen[2]:
-            chosen = (keys, candidate, guess)
-        if guess <= estimate:
-            return chosen, tries
-    return chosen, SCREEN
+class _Decoded:
+    """The priority search's moves, each decoded into a plan by the list scheduler
+    (:data:`SELECT`'s choice of device), with the orders decoded so far (``seen``)."""
+
+    def __init__(self, problem: Problem, policy: str, left: Callable[[], bool],
+                 rng: np.random.Generator) -> None:
+        self.problem, self.policy, self.left, self.rng = problem, policy, left, rng
+        self.scheduler = PredictedFinish() if SELECT == "optimistic" else HEFT()
+        self.seen: set[bytes] = set()
+
+    def decode(self, priority: list[float], order: list[int]) -> tuple[Plan, float]:
+        """The plan these priorities give (``order``: the order they take ops in) and the
+        scheduler's estimate of its makespan."""
+        placed = self.scheduler.decode(self.problem, priority, order)
+        assert placed.order is not None  # a list schedule orders every device
+        assert placed.estimated_makespan_s is not None
+        return Plan(self.problem.graph, placed.devices, placed.order, policy=self.policy,
+                    priority=_priority(self.problem, order)), placed.estimated_makespan_s
+
+    def screened(self, current: np.ndarray, estimate: float
+                 ) -> tuple[tuple[np.ndarray, Plan, float] | None, int]:
+        """Of up to :data:`SCREEN` moves from ``current`` that give orders not yet seen,
+        decoded (no more once ``left()`` turns false), the first whose estimate is no
+        worse than ``estimate`` (the current plan's), else the one of lowest estimate: its
+        keys, plan and estimate (None where every move gave an order seen), and the moves
+        drawn."""
+        chosen: tuple[np.ndarray, Plan, float] | None = None
+        for tries in range(1, SCREEN + 1):
+            if chosen is not None and not self.left():
+                return chosen, tries - 1
+            keys = _moved(current, self.rng)
+            priority = keys.tolist()
+            order = ready_order(self.problem, priority)
+            digest = _digest(order)
+            if digest in self.seen:
+                continue  # the same plan as one decoded
+            self.seen.add(digest)
+            candidate, guess = self.decode(priority, order)
+            if chosen is None or guess < chosen[2]:
+                chosen = (keys, candidate, guess)
+            if guess <= estimate:
+                return chosen, tries
+        return chosen, SCREEN
 
 
 class PredictedFinish(HEFT):

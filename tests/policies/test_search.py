@@ -330,3 +330,17 @@ def test_the_optimum_summary_counts_a_plan_within_the_milps_tolerance_as_reached
     with pytest.raises(ValueError, match=r"^gap_500: mcmc below the MILP's proven optimum "
                                          r"by more than its tolerance \(-2.00e-03\)"):
         optimum_summary(pd.DataFrame({"gap_500": [0.0, -2e-3]}), [500])
+
+
+@pytest.mark.parametrize("value", [1.10449, 0.00049, 2.0005, 0.1235])
+def test_the_benchmark_tables_round_each_figure_once_as_its_line_does(
+        value: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    import benchmarks.search_quality as quality
+
+    row = {"model": "m", "evals": 500, "heuristic_vs_bound": value, "gain_vs_heuristic": 0.1,
+           "never_worse": True, "far_from_bound": True}
+    monkeypatch.setattr(quality, "part_heuristics", lambda budgets, quick: pd.DataFrame([row]))
+    report = quality.main(["--parts", "1", "--evals", "500"])
+    assert f"| m | 500 | {value:.3f} | 0.100 | True | True |" in report.splitlines()
