@@ -9,8 +9,13 @@ lead) carrying the work and the edges of all its ops.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import os
+import sys
+import threading
 from abc import abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import networkx as nx
 import numpy as np
@@ -110,12 +115,41 @@ class Metis(PlacementPolicy):
         if len(used) > 1:
             options = pymetis.Options(seed=-1 if self.seed is None else seed_int(self.seed))
             graph_csr = pymetis.CSRAdjacency(adj_starts=xadj, adjacent=adjncy)
-            _, parts = pymetis.part_graph(len(used), graph_csr, vweights=vw.tolist(),
-                                          eweights=ew, tpwgts=share[used].tolist(),
-                                          options=options)
+            with _c_output_to_stderr():
+                _, parts = pymetis.part_graph(len(used), graph_csr, vweights=vw.tolist(),
+                                              eweights=ew, tpwgts=share[used].tolist(),
+                                              options=options)
             for op, part in zip(vertices, parts, strict=True):
                 where[op] = int(used[part])
         return _finish(p, where)
+
+
+@contextlib.contextmanager
+def _c_output_to_stderr() -> Iterator[None]:
+    """What C code prints to standard output meanwhile goes to standard error: METIS
+    prints notes there ("Cannot bisect a graph with 0 vertices!" where it leaves a part
+    empty, its partition still valid), which would break a command's JSON on standard
+    output. C's buffer is flushed before the output is put back, so nothing printed
+    meanwhile lands on standard output later. The descriptor is the process's: one thread
+    at a time redirects it (a lock), and what another thread writes to standard output
+    meanwhile (the partitioning takes milliseconds) goes to standard error too."""
+    libc = ctypes.CDLL(None)
+    with _REDIRECTING:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+        libc.fflush(None)
+        saved = os.dup(1)
+        try:
+            os.dup2(2, 1)
+            yield
+        finally:
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+#: Held while standard output is redirected (:func:`_c_output_to_stderr`).
+_REDIRECTING = threading.Lock()
 
 
 def targets(p: Problem) -> np.ndarray:

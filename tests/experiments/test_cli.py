@@ -376,6 +376,14 @@ def _placelab(*argv: str, **kwargs) -> subprocess.CompletedProcess:  # type: ign
                           stderr=subprocess.PIPE, timeout=120, check=False, **kwargs)
 
 
+def test_json_output_stays_json_where_metis_prints_a_note() -> None:
+    # METIS prints to C's standard output (here a pipe, fully buffered) on 32 GPUs
+    proc = _placelab("simulate", "--model", "vgg16", "--batch", "8", "--train", "--cluster",
+                     "dgx-h100-x4-ib", "--policy", "metis", "--json", stdout=subprocess.PIPE)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["policy"] == "metis"
+    assert "Cannot bisect a graph with 0 vertices" in proc.stderr
+
+
 def test_a_graph_file_too_large_for_the_address_space_is_one_line(tmp_path) -> None:
     import resource
 
