@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from hwmodels import Cluster, CostModel, Device, Link
 from workloads import Graph, Op, Tensor
@@ -103,6 +104,21 @@ def table_instance(name: str, comp: dict[int, tuple[int, int, int]],
                       for t, row in comp.items()},
                      {f"n{a}->n{b}": w for (a, b), w in edges.items()})
     return graph, cluster, cost
+
+
+def recording(score: Callable[[Any], float]
+              ) -> tuple[Callable[[Any], float], list[Any], list[float]]:
+    """``score`` as an evaluator that keeps every plan it was given and every score it
+    returned, in order (what a search spent its budget on)."""
+    plans: list[Any] = []
+    seconds: list[float] = []
+
+    def scored(p: Any) -> float:
+        plans.append(p)
+        seconds.append(float(score(p)))
+        return seconds[-1]
+
+    return scored, plans, seconds
 
 
 def reload_catalog() -> None:

@@ -19,7 +19,7 @@ from policies.problem import Problem, model_makespan
 from policies.search import KEYED_FROM, MCMC, contention_free
 from policies.testing import random_dag
 from sim import evaluator, simulate
-from tests.helpers import table_instance, topcuoglu_instance
+from tests.helpers import recording, table_instance, topcuoglu_instance
 from tests.policies.test_exact import brute_force_makespan, instance
 from workloads import Graph, PlacementError
 
@@ -78,21 +78,11 @@ def test_the_predicted_finish_on_a_two_op_chain_is_the_closed_form(
     assert HEFT().decode(p, p.upward_rank()).estimated_makespan_s == 7.0
 
 
-def _counted(score):  # type: ignore[no-untyped-def]
-    seen: list[Plan] = []
-
-    def scored(p: Plan) -> float:
-        seen.append(p)
-        return float(score(p))
-
-    return scored, seen
-
-
 @pytest.mark.parametrize("seed", range(4))
 def test_the_search_never_beats_the_optimum_and_keeps_the_best_it_scored(seed: int) -> None:
     graph, cluster, cost = instance(7, seed, devices=3)
     evaluate = contention_free(cluster, cost)
-    score, seen = _counted(evaluate)
+    score, seen, _ = recording(evaluate)
     out = key_search(Problem(graph, cluster, cost), score, lambda: True,
                      np.random.default_rng(seed), 60)
     assert out is not None
@@ -108,7 +98,7 @@ def test_the_search_never_beats_the_optimum_and_keeps_the_best_it_scored(seed: i
 
 def test_no_plan_is_scored_twice() -> None:
     graph, cluster, cost = instance(10, 3, devices=3)
-    score, seen = _counted(contention_free(cluster, cost))
+    score, seen, _ = recording(contention_free(cluster, cost))
     key_search(Problem(graph, cluster, cost), score, lambda: True, np.random.default_rng(1),
                200)
     made = [(tuple(p.placement.items()), tuple(p.order.items()), tuple(p.priority.items()))
@@ -178,7 +168,7 @@ def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> 
     def left() -> bool:  # time runs out once the first plan and one move are decoded
         return len(decoded) < 2
 
-    score, seen = _counted(contention_free(cluster, cost))
+    score, seen, _ = recording(contention_free(cluster, cost))
     key_search(Problem(graph, cluster, cost), score, left, np.random.default_rng(0), 60)
     assert len(decoded) == 2 and len(seen) == 2  # the one move decoded is still scored
 
@@ -186,7 +176,7 @@ def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> 
 def test_a_heft_plan_that_does_not_fit_ends_the_search_and_nothing_left_scores_nothing(
         ) -> None:
     graph, cluster, cost = instance(9, 2, devices=3)
-    score, seen = _counted(lambda p: math.inf)
+    score, seen, _ = recording(lambda p: math.inf)
     out = key_search(Problem(graph, cluster, cost), score, lambda: True,
                      np.random.default_rng(0), 50)
     assert out is not None and out[0] == math.inf and len(seen) == 1
@@ -200,7 +190,7 @@ def test_the_search_stops_when_told_and_a_generator_fixes_it() -> None:
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
     problem, evaluate = Problem(graph, cluster, cost), contention_free(cluster, cost)
-    score, seen = _counted(evaluate)
+    score, seen, _ = recording(evaluate)
     key_search(problem, score, lambda: len(seen) < 7, np.random.default_rng(0), 50)
     assert len(seen) == 7
     runs = [key_search(problem, evaluate, lambda: True, np.random.default_rng(5), 40)
@@ -215,7 +205,7 @@ def test_mcmc_spends_its_keyed_share_first_and_counts_it() -> None:
     graph = random_dag(KEYED_FROM + 8, seed=4)
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
-    score, seen = _counted(evaluator(cluster, cost))
+    score, seen, _ = recording(evaluator(cluster, cost))
     p = plan(graph, cluster, MCMC(evals=60, keyed=0.5, seed=1), cost, evaluate=score)
     assert len(seen) == p.info["evals"] == 60
     # the starts (3), then up to half of the rest (28) decoded by the list scheduler from

@@ -16,6 +16,7 @@ from policies.problem import Problem
 from policies.search import MCMC, contention_free
 from policies.testing import random_dag
 from sim import evaluator, simulate
+from tests.helpers import recording
 from tests.policies.test_exact import brute_force_makespan, instance
 from workloads import PlacementError, build_model, training_graph
 
@@ -34,13 +35,8 @@ def test_the_budget_counts_every_plan_scored_and_a_seed_fixes_the_result() -> No
     graph = training_graph(build_model("mlp", batch=32), "adam")
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
-    scored = []
     simulated = evaluator(cluster, cost)
-
-    def counting(p):  # type: ignore[no-untyped-def]
-        scored.append(p)
-        return simulated(p)
-
+    counting, scored, _ = recording(simulated)
     first = plan(graph, cluster, MCMC(evals=40, seed=3), cost, evaluate=counting)
     assert len(scored) == first.info["evals"] == 40  # three starts and 37 moves
     again = plan(graph, cluster, MCMC(evals=40, seed=3), cost, evaluate=simulated)
@@ -118,17 +114,6 @@ def test_the_first_start_is_scored_whatever_the_time_limit() -> None:
     assert p.info["evals"] == 1 and p.info["stopped_by"] == "time_limit_s"
 
 
-def _recorded(score):  # type: ignore[no-untyped-def]
-    """``score``, keeping what it returned, in order."""
-    seen: list[float] = []
-
-    def scored(p):  # type: ignore[no-untyped-def]
-        seen.append(score(p))
-        return seen[-1]
-
-    return scored, seen
-
-
 @pytest.mark.parametrize(("graph", "cluster"), [
     (training_graph(build_model("mlp", batch=16), "adam"), "hetero-box"),
     (random_dag(60, seed=3), "workstation")])  # large enough for the priority search
@@ -136,7 +121,7 @@ def test_best_eval_is_the_first_evaluation_that_scored_the_plan_returned(
         graph, cluster) -> None:  # type: ignore[no-untyped-def]
     cluster = get_cluster(cluster)
     cost = RooflineCost(cluster)
-    score, seen = _recorded(evaluator(cluster, cost))
+    score, _, seen = recording(evaluator(cluster, cost))
     p = plan(graph, cluster, MCMC(evals=120, seed=2), cost, evaluate=score)
     assert len(seen) == p.info["evals"] == 120
     assert seen[p.info["best_eval"] - 1] == p.info["score_s"] == min(seen)
@@ -148,7 +133,7 @@ def test_patience_stops_after_so_many_evaluations_without_a_faster_plan(patience
     graph = random_dag(60, seed=3)
     cluster = get_cluster("workstation")
     cost = RooflineCost(cluster)
-    score, seen = _recorded(evaluator(cluster, cost))
+    score, _, seen = recording(evaluator(cluster, cost))
     p = plan(graph, cluster, MCMC(evals=5000, patience=patience, seed=1), cost,
              evaluate=score)
     found = p.info["best_eval"]
