@@ -22,6 +22,12 @@ Part 6 (headroom): part 1's cells more than 10% above the lower bound against
 best heuristic and ``mcmc`` at the largest budget are above it, and whether a plan 10%
 faster than the best heuristic can exist at all.
 
+Part 7 (moves): part 1's cells more than 10% above the lower bound, ``mcmc`` at the
+largest budget: for each kind of move of its chain (``info["moves"]``) how many it
+proposed, accepted, and found faster than its current plan, and how much the priority
+search and the chain each gained (``keyed_gain``: the priority search's best over the
+best start; ``chain_gain``: the plan returned over the better of the two).
+
 Part 5 (published): for each model and global batch of NeuSight's Megatron-LM iterations
 on four GPUs (``benchmarks/data``; dp4, tp4 and pp4 measured), ``autoparallel`` over the four
 GPUs (FP32, Adam, as measured) against the strategy that ran fastest for real.
@@ -31,7 +37,7 @@ DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy a
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
-    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6] [--quick]
+    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7] [--quick]
                                         [--out F]
 """
 
@@ -53,6 +59,7 @@ from hwmodels import RooflineCost, get_cluster, list_clusters
 from policies import POLICIES, plan
 from policies.bounds import lower_bound, relaxation_bound
 from policies.optimal import Optimal
+from policies.plans import Plan
 from policies.problem import model_makespan
 from policies.search import MCMC, contention_free
 from policies.testing import random_dag
@@ -118,6 +125,12 @@ def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
     """``policy`` on the cell with the simulator (fair links) as evaluator, as ``placelab``
     searches (:func:`sim.search_evaluator`, every score a full simulation's): the columns
     every part reports, and the search's score."""
+    row, p = search_run(cell, policy)
+    return row, p.info["score_s"]
+
+
+def search_run(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], Plan]:
+    """:func:`searched`'s columns, and the plan the search returned."""
     start = time.perf_counter()
     p = plan(cell.step, cell.cluster, policy, cell.cost,
              evaluate=search_evaluator(cell.step, cell.cluster, cell.cost, links="fair"))
@@ -128,7 +141,7 @@ def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
             "mcmc_vs_bound": p.info["score_s"] / cell.bound,
             "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
             "best_eval": p.info["best_eval"],
-            "seconds": time.perf_counter() - start}, p.info["score_s"]
+            "seconds": time.perf_counter() - start}, p
 
 
 def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:
@@ -182,6 +195,36 @@ def part_headroom(evals: int, quick: bool) -> pd.DataFrame:
                          "relaxation_s": lp_s})
             print(_line(rows[-1]), flush=True)
     return pd.DataFrame(rows)
+
+
+def part_moves(evals: int, quick: bool) -> pd.DataFrame:
+    """On the cells far from the bound: ``mcmc`` at ``evals``, and for each kind of its
+    chain's moves how many it proposed, accepted, and found faster than its current plan
+    (``info["moves"]``), beside what the chain and the priority search gained."""
+    rows = []
+    for cell in cells(quick):
+        if cell.far:
+            row, p = search_run(cell, MCMC(evals=evals))
+            info = p.info
+            before = min(info["start_score_s"], info["keyed_score_s"] or np.inf)
+            base = {"model": cell.model, "cluster": cell.cluster_name, "evals": evals,
+                    "keyed_gain": info["start_score_s"] / before - 1,
+                    "chain_gain": before / info["score_s"] - 1}
+            for kind, counts in info["moves"].items():
+                rows.append(base | {"kind": kind, **counts})
+            print(_line(base | {"gain_vs_heuristic": row["gain_vs_heuristic"]}), flush=True)
+    return pd.DataFrame(rows)
+
+
+def moves_summary(df: pd.DataFrame) -> list[str]:
+    """Part 7's moves summed over its cells, by kind: faster per thousand proposed."""
+    total = df.groupby("kind", sort=False)[["proposed", "accepted", "faster"]].sum()
+    return [f"- {kind}: {int(n['proposed'])} proposed, {int(n['accepted'])} accepted, "
+            f"{int(n['faster'])} faster than the chain's current plan "
+            f"({1000 * n['faster'] / max(n['proposed'], 1):.1f} per thousand), on "
+            f"{int((df[df['kind'] == kind]['faster'] > 0).sum())} of "
+            f"{df['model'].str.cat(df['cluster']).nunique()} cells"
+            for kind, n in total.iterrows()]
 
 
 #: HiGHS's relative optimality gap, within which the MILP's optimum is proven.
@@ -362,6 +405,11 @@ def main(argv: list[str] | None = None) -> str:
                   f"a plan 10% faster than the best heuristic can exist on {len(room)} of "
                   f"{len(df)} (the others: it would beat the relaxation bound); mcmc at least "
                   f"10% faster on {int((df['gain_vs_heuristic'] >= 0.10).sum())}"]
+    if 7 in parts:
+        evals = max(int(e) for e in args.evals.split(","))
+        df = part_moves(evals, args.quick)
+        lines += ["", f"### Part 7: the chain's moves by kind, cells more than 10% above the "
+                  f"bound, mcmc at {evals} evals", "", *table(df), "", *moves_summary(df)]
     if 5 in parts:
         df = part_published(args.quick)
         lines += ["", "### Part 5: autoparallel against NeuSight's measured 4-GPU strategies",

@@ -387,7 +387,7 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
 
 #: What a search policy reports of its run (``policies.search``).
 _SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "best_eval", "keyed_evals",
-                "keyed_score_s", "accepted", "stopped_by")
+                "keyed_score_s", "accepted", "stopped_by", "moves")
 
 
 def _search_line(info: dict[str, Any]) -> list[str]:
@@ -400,7 +400,16 @@ def _search_line(info: dict[str, Any]) -> list[str]:
     return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
             f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations{keyed}, "
             f"best at evaluation {info['best_eval']}, "
-            f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})"]
+            f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})",
+            *_moves_line(info.get("moves", {}))]
+
+
+def _moves_line(moves: dict[str, dict[str, int]]) -> list[str]:
+    """The chain's moves of each kind it proposed: how many were faster than its current
+    plan, how many it accepted, of how many (none where the chain proposed none)."""
+    done = [f"{kind} {n['faster']}/{n['accepted']}/{n['proposed']}"
+            for kind, n in moves.items() if n["proposed"]]
+    return [f"  moves        faster/accepted/proposed: {', '.join(done)}"] if done else []
 
 
 def _zoo_forward(args: argparse.Namespace, flag: str) -> Any:

@@ -24,10 +24,14 @@ import numpy as np
 
 from policies.problem import Problem
 
-__all__ = ["SEGMENT_FROM", "SEGMENT_LONGEST", "Moves"]
+__all__ = ["KINDS", "SEGMENT_FROM", "SEGMENT_LONGEST", "Moves"]
 
 #: Runs of units move together on graphs of more than this many units, at most this long.
 SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
+#: The kinds of move (:attr:`Moves.kind`): a unit to a neighbour's device, two units
+#: swapping devices, a unit to any other device, a run of units together, two ops trading
+#: places in the global order.
+KINDS = ("neighbour", "swap", "device", "segment", "order")
 
 
 class Moves:
@@ -58,6 +62,8 @@ class Moves:
         self.unit_of = unit_of
         # a small graph's single moves already reach far: runs of units only on large ones
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
+        #: the kind (one of :data:`KINDS`) of the last move proposed
+        self.kind = ""
 
     def propose(self, where: list[int], ranked: list[str]
                 ) -> tuple[list[int], list[str]] | None:
@@ -73,10 +79,12 @@ class Moves:
         if self.movable and self.segments and rng.random() < self.segments:
             moved = self.segment(where, ranked)
             if moved is not None:
+                self.kind = "segment"
                 return moved, ranked
         if len(ranked) > 1 and (not self.movable or rng.random() < 0.2):
             order = self.reorder(where, ranked, int(rng.integers(len(ranked))))
             if order is not None:
+                self.kind = "order"
                 return where, order
         if not self.movable:
             return None  # a chain on one device: nothing to change
@@ -89,15 +97,18 @@ class Moves:
                     and where[i] in self.able[k]]
             if near:
                 out[u] = near[int(rng.integers(len(near)))]
+                self.kind = "neighbour"
                 return out, ranked
         elif draw < 0.6:
             j = self.movable[int(rng.integers(len(self.movable)))]
             v = self.units[j]
             if where[v] != where[u] and where[v] in self.able[k] and where[u] in self.able[j]:
                 out[u], out[v] = where[v], where[u]
+                self.kind = "swap"
                 return out, ranked
         choices = [d for d in self.able[k] if d != where[u]]
         out[u] = choices[int(rng.integers(len(choices)))]
+        self.kind = "device"
         return out, ranked
 
     def segment(self, where: list[int], ranked: list[str]) -> list[int] | None:

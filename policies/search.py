@@ -63,7 +63,7 @@ from collections.abc import Callable
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
-from policies.moves import Moves
+from policies.moves import KINDS, Moves
 from policies.params import Param
 from policies.plans import Placement, Plan, split_by_device
 from policies.problem import Problem, model_makespan, plan_memory_used
@@ -112,7 +112,9 @@ class MCMC(PlacementPolicy):
     ``info`` of the plan reports the start, the evaluations spent (``keyed_evals`` of them
     on priorities, whose best score is ``keyed_score_s``) and the one that scored the plan
     returned (``best_eval``, 1-based), the chain's moves accepted, what stopped the search
-    (``evals``, ``patience`` or ``time_limit_s``) and the best score at each restart.
+    (``evals``, ``patience`` or ``time_limit_s``), the best score at each restart, and for
+    each kind of move (:data:`policies.moves.KINDS`) how many the chain proposed, accepted,
+    and found faster than its current plan (``moves``).
     """
 
     name = "mcmc"
@@ -269,6 +271,7 @@ class _Search:
             best, best_plan = keyed
         best_state = self.state(best_plan)
         accepted, per_restart = 0, []
+        tally = {kind: dict.fromkeys(("proposed", "accepted", "faster"), 0) for kind in KINDS}
         chains = self.policy.restarts
         for chain in range(chains):
             current, now = best_state, best
@@ -280,9 +283,13 @@ class _Search:
                 if proposal is None:
                     break  # nothing to move: one device, one op
                 seconds, scored = self.score(*proposal)
+                counts = tally[self.moves.kind]
+                counts["proposed"] += 1
+                counts["faster"] += int(seconds < now)
                 if self.accept(now, seconds):
                     current, now = proposal, seconds
                     accepted += 1
+                    counts["accepted"] += 1
                     if seconds < best:
                         best, best_state, best_plan = seconds, proposal, scored
             per_restart.append(best)
@@ -291,7 +298,7 @@ class _Search:
             "start": start, "start_score_s": first, "score_s": best,
             "keyed_evals": keyed_evals, "keyed_score_s": None if keyed is None else keyed[0],
             "evals": self.used, "best_eval": self.found_at, "accepted": accepted,
-            "stopped_by": self.stopped,
+            "stopped_by": self.stopped, "moves": tally,
             "best_per_restart_s": per_restart})
 
     def keyed(self) -> tuple[float, Plan] | None:

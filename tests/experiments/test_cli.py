@@ -490,6 +490,15 @@ def test_a_search_on_a_large_graph_reports_its_priority_search(capsys) -> None:
         r"priorities, best [\d.]+ ms\), best at evaluation \d+, \d+ chain moves accepted "
         r"\(stopped by evals\)",
         lines[0])
+    # the chain's 9 evaluations, by kind of move: faster/accepted/proposed
+    moves = out.splitlines()[out.splitlines().index(lines[0]) + 1]
+    found = re.fullmatch(r"  moves +faster/accepted/proposed: (.*)", moves)
+    assert found is not None
+    counts = [re.fullmatch(r"(neighbour|swap|device|segment|order) (\d+)/(\d+)/(\d+)", part)
+              for part in found.group(1).split(", ")]
+    assert all(c is not None and int(c[2]) <= int(c[4]) and int(c[3]) <= int(c[4])
+               and int(c[4]) > 0 for c in counts)
+    assert sum(int(c[4]) for c in counts if c is not None) == 9
 
 
 def test_a_priority_search_from_a_heft_plan_that_does_not_fit_says_so(capsys) -> None:

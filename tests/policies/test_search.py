@@ -329,3 +329,76 @@ def test_the_benchmark_tables_round_each_figure_once_as_its_line_does(
     monkeypatch.setattr(quality, "part_heuristics", lambda budgets, quick: pd.DataFrame([row]))
     report = quality.main(["--parts", "1", "--evals", "500"])
     assert f"| m | 500 | {value:.3f} | 0.100 | True | True |" in report.splitlines()
+
+
+def _kind(before, after) -> str:  # type: ignore[no-untyped-def]
+    """What a chain's move did, read from the plans alone: ``order`` where no op changed
+    device, ``swap`` where two traded devices, ``segment`` where several went to one
+    device, ``single`` where one op moved."""
+    moved = [n for n in after.placement if after.placement[n] != before.placement[n]]
+    if not moved:
+        assert after.order != before.order
+        return "order"
+    if len(moved) == 2 and after.placement[moved[0]] == before.placement[moved[1]] \
+            and after.placement[moved[1]] == before.placement[moved[0]]:
+        return "swap"
+    if len(moved) > 1:
+        assert len({after.placement[n] for n in moved}) == 1
+        assert len({before.placement[n] for n in moved}) == 1
+        return "segment"
+    return "single"
+
+
+@pytest.mark.parametrize(("seed", "segments"), [(0, 0.3), (1, 0.0), (2, 0.8)])
+def test_the_move_counts_are_what_the_scored_plans_show(seed: int, segments: float) -> None:
+    # a greedy chain (no slower plan accepted) and one restart: its current plan is the
+    # last one scored no slower than every plan before, so an independent record of what
+    # it scored tells each move's kind, whether it was faster, and whether it was kept
+    # (no priority search: on these graphs it leaves the chain nothing faster to find)
+    graph, cluster = random_dag(60, seed=seed), get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    score, plans, seen = recording(evaluator(cluster, cost))
+    p = plan(graph, cluster, MCMC(evals=300, beta=1e300, restarts=1, segments=segments,
+                                  keyed=0, seed=seed), cost, evaluate=score)
+    moves = p.info["moves"]
+    assert list(moves) == ["neighbour", "swap", "device", "segment", "order"]
+    chain = sum(n["proposed"] for n in moves.values())
+    first = p.info["evals"] - chain  # the starts' and the priority search's evaluations
+    assert first > 1 and len(seen) == p.info["evals"] == 300
+    expected = {kind: {"proposed": 0, "accepted": 0, "faster": 0}
+                for kind in ("single", "swap", "segment", "order")}
+    now = min(seen[:first])
+    current = plans[seen.index(now)]
+    for candidate, seconds in zip(plans[first:], seen[first:], strict=True):
+        counts = expected[_kind(current, candidate)]
+        counts["proposed"] += 1
+        counts["faster"] += int(seconds < now)
+        if seconds <= now:
+            counts["accepted"] += 1
+            current, now = candidate, seconds
+    # a run of units may be a run of one (no unit of its device after it): it reads as one
+    # op moved, so single moves and runs are compared together, runs of several apart
+    placed = {key: sum(moves[k][key] for k in ("neighbour", "device", "segment"))
+              for key in expected["single"]}
+    read = {key: expected["single"][key] + expected["segment"][key] for key in placed}
+    assert placed == read and moves["swap"] == expected["swap"]
+    assert moves["order"] == expected["order"]
+    assert moves["segment"]["proposed"] >= expected["segment"]["proposed"]
+    assert sum(n["accepted"] for n in moves.values()) == p.info["accepted"]
+    assert (expected["segment"]["proposed"] > 0) == (segments > 0)
+    assert sum(n["faster"] for n in moves.values()) > 0
+
+
+def test_the_benchmarks_moves_summary_sums_each_kind_over_the_cells() -> None:
+    import pandas as pd
+
+    from benchmarks.search_quality import moves_summary
+
+    rows = [{"model": m, "cluster": "c", "kind": k, "proposed": p, "accepted": a, "faster": f}
+            for m, k, p, a, f in (("a", "device", 300, 12, 3), ("a", "order", 100, 90, 0),
+                                  ("b", "device", 200, 5, 0), ("b", "order", 0, 0, 0))]
+    assert moves_summary(pd.DataFrame(rows)) == [
+        "- device: 500 proposed, 17 accepted, 3 faster than the chain's current plan "
+        "(6.0 per thousand), on 1 of 2 cells",
+        "- order: 100 proposed, 90 accepted, 0 faster than the chain's current plan "
+        "(0.0 per thousand), on 0 of 2 cells"]
