@@ -52,8 +52,8 @@ def straight_line(graph: Graph, seed: int = 0) -> Callable[[], None]:
             outs = kernel(xp, op, [values[t] for t in op.inputs], weights.get(op.name, {}))
             for t, v in zip(op.outputs, outs, strict=True):
                 values[t.name] = v
-            for t in done:
-                del values[t]
+            for name in done:
+                del values[name]
 
     return run
 

@@ -156,7 +156,8 @@ def graph_seconds(graph: Graph, device: Device, cost_name: str, *,
                      if updates or not graph.op(name).kind.endswith("_update")))
 
 
-def errors(predicted: Sequence[float], measured: Sequence[float]) -> np.ndarray:
+def errors(predicted: Sequence[float] | np.ndarray, measured: Sequence[float] | np.ndarray
+           ) -> np.ndarray:
     return np.abs(np.asarray(predicted) / np.asarray(measured) - 1)
 
 
@@ -246,6 +247,15 @@ def cross_validation_table(lines: list[str]) -> None:
         lines.append(f"| {gpu} | " + " | ".join(cells) + " |")
 
 
+def _whole(d: DeepBenchMeasurement, *fields: str) -> list[int]:
+    """``d``'s ``fields`` (its GEMM's or convolution's shape), each a whole number."""
+    values = [getattr(d, f) for f in fields]
+    if not all(isinstance(v, int) for v in values):
+        raise ValueError(f"DeepBench {d.family} row: expected whole numbers for "
+                         f"{', '.join(fields)}, got {values}")
+    return values
+
+
 FAMILIES = ("bmm", "linear", "conv", "elementwise", "layernorm", "softmax")
 
 
@@ -257,13 +267,16 @@ def deepbench_op(d: DeepBenchMeasurement) -> tuple[Op, float] | None:
     dtype = "fp32" if d.precision == "fp32" else "fp16"
     g = GraphBuilder("deepbench", dtype=dtype)
     if d.family == "gemm" and d.time_s:
-        a = g.input((d.m, d.k), "a", dtype=dtype)
-        out = g.matmul(a, g.input((d.k, d.n), "b", dtype=dtype), name="op")
+        m, k, n = _whole(d, "m", "k", "n")
+        a = g.input((m, k), "a", dtype=dtype)
+        out = g.matmul(a, g.input((k, n), "b", dtype=dtype), name="op")
         return g.build().op(out), d.time_s
     if d.family == "conv" and d.fwd_s:
-        x = g.input((d.n, d.c, d.h, d.w), "x", dtype=dtype)
-        out = g.conv2d(x, d.k, (d.filter_h, d.filter_w), stride=(d.stride_h, d.stride_w),
-                       padding=(d.pad_h, d.pad_w), name="op")
+        n, c, h, w, k, fh, fw, sh, sw, ph, pw = _whole(
+            d, "n", "c", "h", "w", "k", "filter_h", "filter_w", "stride_h", "stride_w",
+            "pad_h", "pad_w")
+        x = g.input((n, c, h, w), "x", dtype=dtype)
+        out = g.conv2d(x, k, (fh, fw), stride=(sh, sw), padding=(ph, pw), name="op")
         return g.build().op(out), d.fwd_s
     return None
 

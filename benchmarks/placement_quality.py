@@ -25,10 +25,11 @@ from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
 from policies.optimal import Optimal
+from policies.plans import Plan
 from policies.problem import model_makespan
 from policies.testing import random_dag
 from sim import simulate
-from workloads import build_model, training_graph
+from workloads import Graph, build_model, training_graph
 from workloads.errors import PlacementError
 from workloads.synthetic import layered_dag
 
@@ -37,6 +38,14 @@ WORKLOADS = (("resnet50", 32, None), ("inception_v3", 16, None), ("bert_base", 8
              ("gpt2_small", 4, 512))
 CLUSTERS = ("workstation", "dgx1-v100", "dgx-h100", "hetero-box")
 
+
+def optimum(graph: Graph, cluster: Cluster, cost: RooflineCost) -> tuple[Plan, float]:
+    """The MILP's optimal plan of ``graph`` (a million nodes at most) and its makespan in
+    the contention-free model."""
+    best = plan(graph, cluster, Optimal(node_limit=1_000_000), cost)
+    if best.estimated_makespan_s is None:
+        raise PlacementError(f"policy 'optimal' gave no makespan for {graph.name!r}")
+    return best, best.estimated_makespan_s
 
 def part_zoo(quick: bool) -> pd.DataFrame:
     rows = []
@@ -83,8 +92,7 @@ def part_optimal(quick: bool) -> pd.DataFrame:
     seeds = range(4) if quick else range(20)
     for seed in seeds:
         graph = random_dag(8 + seed % 5, seed=seed, edge_probability=0.3)
-        best = plan(graph, cluster, Optimal(node_limit=1_000_000), cost)
-        best_model = best.estimated_makespan_s
+        best, best_model = optimum(graph, cluster, cost)
         best_sim = simulate(best, cluster, cost).makespan_s
         for policy in ("heft", "m_etf", "m_etf:ties=level", "metis"):
             p = plan(graph, cluster, policy, cost)

@@ -41,12 +41,11 @@ from unittest import mock
 import numpy as np
 
 from benchmarks.machine import describe, record
-from benchmarks.placement_quality import small_cluster
+from benchmarks.placement_quality import optimum, small_cluster
 from benchmarks.search_quality import Cell, heuristics, searched, small_graph
 from hwmodels import RooflineCost, get_cluster
 from policies import keys, moves, plan, search
 from policies.bounds import lower_bound
-from policies.optimal import Optimal
 from policies.problem import model_makespan
 from policies.search import MCMC, contention_free
 from workloads import build_model, training_graph
@@ -113,7 +112,7 @@ def small_graphs(settings: list[Setting]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
-    optima = {seed: plan(g, cluster, Optimal(node_limit=1_000_000), cost).estimated_makespan_s
+    optima = {seed: optimum(g, cluster, cost)[1]
               for seed, g in graphs.items()}
     lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
     for row in settings:
@@ -170,9 +169,9 @@ def main() -> None:
     if not set(selects) <= {"earliest", "optimistic"}:
         parser.error(f"--key-selects: expected earliest or optimistic, comma-separated, "
                      f"got {args.key_selects!r}")
-    settings = _settings(*([float(x) for x in text.split(",") if x] for text in
-                           (args.betas, args.segments, args.keyed, args.key_sigmas)), screens,
-                         selects)
+    betas, segments, keyed, sigmas = ([float(x) for x in text.split(",") if x] for text in
+                                      (args.betas, args.segments, args.keyed, args.key_sigmas))
+    settings = _settings(betas, segments, keyed, sigmas, screens, selects)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(

@@ -29,6 +29,7 @@ import subprocess
 import time
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import simpy
@@ -61,7 +62,7 @@ def block_plan(graph: Graph, cluster: Cluster, width: int) -> Plan:
     return Plan(graph, placement, order_by_priority(graph, placement), policy="blocks")
 
 
-def timed(fn, repeats: int) -> tuple[float, object]:
+def timed(fn, repeats: int) -> tuple[float, Any]:
     best, value = float("inf"), None
     for _ in range(repeats):
         gc.collect()
@@ -71,7 +72,7 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return best, value
 
 
-def interleaved(first, second, repeats: int) -> tuple[float, float, object]:
+def interleaved(first, second, repeats: int) -> tuple[float, float, Any]:
     """Best times of ``first`` and ``second`` run alternately; ``first``'s last value."""
     best_a = best_b = float("inf")
     value = None
@@ -83,7 +84,7 @@ def interleaved(first, second, repeats: int) -> tuple[float, float, object]:
     return best_a, best_b, value
 
 
-def clock(fn, *args, **kwargs) -> tuple[float, object]:
+def clock(fn, *args, **kwargs) -> tuple[float, Any]:
     """One call's wall time and value."""
     start = time.perf_counter()
     value = fn(*args, **kwargs)

@@ -23,6 +23,7 @@ import datetime
 import glob
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), *glob.glob(str(ROOT / ".venv/lib/python3.11/site-packages"))]
@@ -76,7 +77,8 @@ def simgrid_makespan(p, cluster: Cluster, cost) -> float:
     sends: dict[str, list] = {}
     for tr in p.transfers:
         sends.setdefault(tr.producer, []).append(tr)
-    ready = {key: simgrid.Semaphore(0) for key in readers}
+    # a tensor's arrival on a device (tensor, device), and a transfer's start (tensor, src, "send")
+    ready: dict[tuple[str, ...], Any] = {key: simgrid.Semaphore(0) for key in readers}
     ready |= {(tr.tensor, tr.src, "send"): simgrid.Semaphore(0) for tr in p.transfers}
     ends: list[float] = [0.0]
 
