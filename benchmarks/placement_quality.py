@@ -47,6 +47,7 @@ def optimum(graph: Graph, cluster: Cluster, cost: RooflineCost) -> tuple[Plan, f
         raise PlacementError(f"policy 'optimal' gave no makespan for {graph.name!r}")
     return best, best.estimated_makespan_s
 
+
 def part_zoo(quick: bool) -> pd.DataFrame:
     rows = []
     workloads = WORKLOADS[:1] if quick else WORKLOADS

@@ -29,7 +29,6 @@ import datetime
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -37,7 +36,7 @@ from benchmarks.machine import describe, record
 from hwmodels.calibrated import CalibratedCost
 from hwmodels.profiles import ProfileStore
 from runtime.calibrate import Calibration, calibrate
-from runtime.engine import Engine, make_engine
+from runtime.engine import make_engine
 from runtime.microbench import reference_seconds
 from runtime.profile import profile_graph
 from runtime.unseen import signatures, unseen_graphs, zoo_signatures
@@ -123,7 +122,7 @@ def unseen_section(engine_name: str, args: argparse.Namespace, folder: Path) -> 
     for graph in graphs.values():
         profile_graph(engine, graph, store, repeats=args.repeats,
                       min_seconds=args.min_seconds)
-    measured = _taking(engine, devices, full_path)
+    measured = make_engine(engine_name, devices, full_path)
     cluster = measured.cluster()
     df = validate(measured, graphs, policies(devices), repeats=args.repeats,
                   min_seconds=args.min_seconds, rounds=args.rounds,
@@ -168,18 +167,9 @@ def zoo_graphs() -> dict[str, Graph]:
             "lenet5 b16 train": training_graph(build_model("lenet5", batch=16))}
 
 
-def _taking(engine: Engine, devices: int, path: Path) -> Engine:
-    """A new engine of ``engine``'s kind with ``devices`` devices that takes the calibration
-    file ``path`` (the engines measured here all take one; the base class does not)."""
-    kind: Any = type(engine)
-    made: Engine = kind(devices=devices, calibration=path)
-    return made
-
-
 def zoo_section(engine_name: str, args: argparse.Namespace, folder: Path) -> list[str]:
     path = folder / f"{engine_name}{'-quick' if args.quick_only else ''}.toml"
-    engine = make_engine(engine_name, args.devices)
-    measured = _taking(engine, args.devices, path)
+    measured = make_engine(engine_name, args.devices, path)
     df = validate(measured, zoo_graphs(), policies(args.devices), repeats=args.repeats,
                   min_seconds=args.min_seconds, rounds=args.rounds,
                   cost=CalibratedCost(measured.cluster(), path, profiles=None))

@@ -443,10 +443,10 @@ def _parallel(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, .
             lower_bound(p.graph, cluster, cost))
 
 
-def make_engine(kind: str, devices: int) -> Any:
+def make_engine(kind: str, devices: int, calibration: str | None = None) -> Any:
     from runtime.engine import make_engine as make
 
-    return make(kind, devices)
+    return make(kind, devices, calibration)
 
 
 def cmd_run(args: argparse.Namespace) -> None:

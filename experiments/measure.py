@@ -130,15 +130,12 @@ def validation_graphs(models: list[str], files: list[str], batch: int) -> dict[s
 
 def cmd_validate(args: argparse.Namespace) -> None:
     from experiments.results import write_results
-    from runtime.engine import ENGINES
     from runtime.microbench import reference_seconds
     from runtime.validate import validate
 
     doc = _calibration_doc(args.device)
     devices = args.devices or _calibrated_devices(doc) or 2
-    make_engine(args.engine, devices)  # refuses, saying why, where it cannot run
-    engine = ENGINES.get(args.engine)(devices=devices,  # type: ignore[call-arg]
-                                      calibration=args.device)
+    engine = make_engine(args.engine, devices, args.device)  # refuses where it cannot run
     graphs = validation_graphs(split(args.models, "models") if args.models else [],
                                args.graph or [], args.batch)
     if not graphs:

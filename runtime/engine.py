@@ -352,11 +352,15 @@ ENGINES: Registry[type[Engine]] = Registry("engine", "placelab.engines", builtin
     "torch-cuda": "runtime.torch_engine:TorchCudaEngine"})
 
 
-def make_engine(name: str, devices: int = 1) -> Engine:
-    """The registered engine ``name`` with ``devices`` logical devices.
+def make_engine(name: str, devices: int = 1, calibration: str | Path | None = None
+                ) -> Engine:
+    """The registered engine ``name`` with ``devices`` logical devices, taking the
+    calibration file ``calibration`` where one is given (every built-in engine takes one).
 
     >>> make_engine("cpu", 2).devices
     ('cpu0', 'cpu1')
     """
     factory: Callable[..., Engine] = ENGINES.get(name)
-    return factory(devices=devices)
+    if calibration is None:
+        return factory(devices=devices)
+    return factory(devices=devices, calibration=calibration)

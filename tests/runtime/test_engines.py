@@ -28,6 +28,7 @@ def test_an_engine_is_made_from_its_spec_and_cloned() -> None:
     twin = engine.clone()
     assert twin is not engine and twin.get_params() == engine.get_params()
     assert make_engine("cpu", 3).get_params()["devices"] == 3
+    assert make_engine("cpu", 2, "cal.toml").get_params()["calibration"] == "cal.toml"
 
 
 @pytest.mark.parametrize(("spec", "message"), [
