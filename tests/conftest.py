@@ -17,8 +17,10 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
              registry._loaded)
     monkeypatch.setenv("PLACELAB_HOME", str(tmp_path / "home"))
     yield tmp_path / "home"
-    for live, kept in zip((registry._DEVICES, registry._CLUSTERS, registry._SOURCES),
-                          saved[:3], strict=True):
-        live.clear()
-        live.update(kept)
+    registry._DEVICES.clear()
+    registry._DEVICES.update(saved[0])
+    registry._CLUSTERS.clear()
+    registry._CLUSTERS.update(saved[1])
+    registry._SOURCES.clear()
+    registry._SOURCES.update(saved[2])
     registry._loaded = saved[3]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ def mutated(draw: st.DrawFn, doc: Any, toml: bool = False) -> str:
     return text.replace(f'"{DEEP}"', "[" * depth + "1" + "]" * depth)
 
 
-def _bytes(draw: st.DrawFn, text: str) -> bytes:
+def _bytes(draw: Callable[[st.SearchStrategy[Any]], Any], text: str) -> bytes:
     data = text.encode()
     how = draw(st.sampled_from(["truncate", "garbage", "utf16"]))
     if how == "truncate":

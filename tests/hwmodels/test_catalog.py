@@ -42,7 +42,9 @@ def test_catalog_holds_the_promised_hardware() -> None:
 def test_every_catalog_figure_has_a_comment_before_it() -> None:
     text = (resources.files("hwmodels") / "catalog" / "devices.toml").read_text()
     for block in text.split("[[device]]")[1:]:
-        name = re.search(r'name = "([^"]+)"', block).group(1)
+        found = re.search(r'name = "([^"]+)"', block)
+        assert found is not None, block[:80]
+        name = found.group(1)
         lines = block.splitlines()
         for key in ("peak_tflops", "memory_gib", "memory_bandwidth_gbps",
                     "launch_overhead_us", "efficiency"):

@@ -55,6 +55,7 @@ def test_kernel_ops_count_flops_as_the_closed_forms() -> None:
     assert kernel_op(linear).flops == (2 * linear.b * linear.m * linear.n * linear.k
                                        + linear.b * linear.m * linear.k)
     add = next(k for k in neusight_kernels() if k.op == "add")
+    assert add.b is not None and add.h is not None
     assert kernel_op(add).bytes_read == 2 * 4 * add.b * add.h  # two fp32 tensors
 
 

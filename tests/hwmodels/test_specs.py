@@ -121,7 +121,7 @@ def test_roofline_closed_form() -> None:
 
 def test_efficiency_table_picks_the_row_for_the_size() -> None:
     d = Device("t", "gpu", peak={"fp32": 1e12}, memory_bytes=1, memory_bandwidth=1,
-               efficiency={"matmul": [[0, 0.1], [1e6, 0.5], [1e9, 0.9]]})
+               efficiency={"matmul": [[0, 0.1], [1e6, 0.5], [1e9, 0.9]]})  # type: ignore[dict-item]
     assert [d.efficiency_for("matmul", s) for s in (0, 5e5, 1e6, 1e12)] == [
         0.1, 0.1, 0.5, 0.9]
 
@@ -130,7 +130,8 @@ def test_transfer_over_two_hops_sums_latency_at_the_bottleneck() -> None:
     devices = tuple(toy_device(n) for n in "abc")
     c = Cluster("c", devices, (Link("a", "b", 4e9, 2e-6), Link("b", "c", 1e9, 3e-6)))
     assert RooflineCost(c).transfer_time(10**9, "a", "c") == pytest.approx(5e-6 + 1.0)
-    assert c.slowest_link("a", "c").b == "c"
+    slowest = c.slowest_link("a", "c")
+    assert slowest is not None and slowest.b == "c"
 
 
 def test_route_prefers_least_latency() -> None:
@@ -291,7 +292,7 @@ def test_a_link_breaking_a_rule_is_one_line(args: tuple[object, ...], message: s
 
 def test_specs_keep_their_normal_forms() -> None:
     d = Device("n", "gpu", {"fp32": 1}, 16e9, 1, efficiency={  # type: ignore[arg-type]
-        "matmul": 1, "conv": [[0, 0.5], [10, 1]]})
+        "matmul": 1, "conv": [[0, 0.5], [10, 1]]})  # type: ignore[dict-item]
     assert d.peak == {"fp32": 1.0} and type(d.peak["fp32"]) is float
     assert d.memory_bytes == 16 * 10**9 and type(d.memory_bytes) is int
     assert d.memory_bandwidth == 1 and type(d.memory_bandwidth) is int  # as given

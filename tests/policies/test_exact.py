@@ -58,6 +58,7 @@ def test_optimal_matches_brute_force(seed: int) -> None:
     assert p.estimated_makespan_s == pytest.approx(best)
     assert model_makespan(p, cluster, cost) == pytest.approx(best)
     heft = plan(graph, cluster, "heft", cost)
+    assert heft.estimated_makespan_s is not None
     assert heft.estimated_makespan_s >= best - 1e-9
 
 

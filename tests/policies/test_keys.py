@@ -40,6 +40,7 @@ def test_any_priorities_decode_to_a_valid_plan_the_contention_free_model_agrees_
     graph, cluster, cost = instance(n, seed, devices=3)
     p = Problem(graph, cluster, cost)
     placed = HEFT().decode(p, keys[:len(p.names)])
+    assert placed.order is not None
     made = Plan(graph, placed.devices, placed.order, priority=placed.priority)  # validates
     assert model_makespan(made, cluster, cost) == pytest.approx(placed.estimated_makespan_s,
                                                                 rel=1e-12, abs=1e-15)

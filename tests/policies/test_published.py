@@ -49,7 +49,7 @@ def test_peft_schedule_length_is_the_papers_122() -> None:
     graph, cluster, cost = arabnejad_instance()
     p = Problem(graph, cluster, cost)
     placed = PredictedFinish().decode(p, p.optimistic_costs.mean(axis=1).tolist())
-    assert placed.estimated_makespan_s == 122.0
+    assert placed.estimated_makespan_s == 122.0 and placed.order is not None
     assert {d: len(ops) for d, ops in placed.order.items()} == {"p1": 5, "p2": 3, "p3": 2}
 
 

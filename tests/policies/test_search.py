@@ -4,6 +4,7 @@ simulator)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -226,7 +227,7 @@ def test_the_tuning_sets_are_apart_from_what_the_benchmark_reports() -> None:
 
 
 def _tradable(edges: set[tuple[str, str]], ranked: list[str], where: list[int],
-              names: list[str], i: int) -> bool:
+              names: Sequence[str], i: int) -> bool:
     """Whether ``ranked[i]`` and the next op of its device can trade places: the two ops
     in either order, each op between them kept on its side of every edge."""
     device = [where[names.index(x)] for x in ranked]

@@ -4,6 +4,8 @@ a whole model against PyTorch with the same weights."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -126,7 +128,7 @@ def test_mlp_equals_torch_with_the_same_weights() -> None:
 
 @pytest.mark.parametrize("name", ["alexnet", "vgg16", "stacked_autoencoder", "gpt2_small"])
 def test_every_other_zoo_model_runs_forward(name: str) -> None:
-    kwargs = {"seq_len": 16} if name == "gpt2_small" else {}
+    kwargs: dict[str, Any] = {"seq_len": 16} if name == "gpt2_small" else {}
     graph = build_model(name, **kwargs)
     engine = NumpyEngine(devices=2)
     run = execute(plan(graph, engine.cluster(), "heft"), engine, warmup=0, repeats=1)
@@ -140,7 +142,7 @@ def test_every_other_zoo_model_runs_forward(name: str) -> None:
 def test_a_fused_graph_computes_what_the_unfused_one_does(name: str) -> None:
     from workloads.passes import PassManager
 
-    kwargs = {"seq_len": 16} if name == "bert_base" else {}
+    kwargs: dict[str, Any] = {"seq_len": 16} if name == "bert_base" else {}
     graph = build_model(name, **kwargs)
     fused, changed = PassManager(["fuse_elementwise"]).run(graph)
     assert changed and len(fused) < len(graph)
@@ -167,7 +169,7 @@ def test_busy_times_tile_each_device_from_its_first_start_to_its_last_end() -> N
 
 
 def test_numpy_asks_for_no_huge_pages_only_while_a_plan_runs() -> None:
-    switch = np._core.multiarray._set_madvise_hugepage
+    switch = np._core.multiarray._set_madvise_hugepage  # type: ignore[attr-defined]
     before = switch(True)
     try:
         with NumpyEngine().session():

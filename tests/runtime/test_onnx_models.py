@@ -118,7 +118,8 @@ def _pad_model(path: Path, opset: int, pads: list[int], axes: list[int] | None,
             inputs.append("axes")
     else:
         extra = {"pads": pads, "value": 0.5}
-    nodes = [helper.make_node("Pad", inputs, ["p"], name="pad", mode=mode, **extra),
+    nodes = [helper.make_node("Pad", inputs, ["p"], name="pad", mode=mode,
+                              **extra),  # type: ignore[arg-type]
              helper.make_node("Relu", ["p"], ["y"], name="relu")]
     model = helper.make_model(helper.make_graph(nodes, "pad", [x], [y], inits),
                               opset_imports=[helper.make_opsetid("", opset)])

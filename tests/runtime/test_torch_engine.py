@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -148,10 +149,10 @@ def test_a_training_step_over_two_devices_is_the_one_device_step(model: str) -> 
         np.testing.assert_array_equal(two[name], one[name], err_msg=name)
 
 
-def _lstm_forward(graph: Graph, inputs, weights) -> object:
+def _lstm_forward(graph: Graph, inputs, weights) -> Any:
     """The unrolled LSTM in torch's functional ops (the other kinds as the NumPy engine's
     training test interprets them)."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for name in graph.topological_order():
         op = graph.op(name)
         w = weights.get(op.attrs.get("shares", name), {})

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
                                             "'placelab[torch]'): the torch engine needs it")
 
 import array_api_compat.torch as xp  # noqa: E402
+from torch import Tensor as T  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.func import functional_call  # noqa: E402
 
@@ -28,7 +29,6 @@ from runtime.training import BUFFERS  # noqa: E402
 from workloads import GraphBuilder, GraphError, Op, Tensor  # noqa: E402
 
 F = torch.nn.functional
-T = torch.Tensor
 Reference = Callable[[list[T], dict[str, T]], Sequence[T]]
 SETTINGS = settings(max_examples=20, deadline=None)
 
@@ -60,12 +60,15 @@ def check(op: Op, inputs: Sequence[np.ndarray], weights: Mapping[str, np.ndarray
                             [d for d, w in zip(dys, want, strict=True) if w.requires_grad])
     for i, leaf in enumerate(rx):
         if leaf.requires_grad:
-            np.testing.assert_allclose(din[i].numpy(), leaf.grad.numpy(), rtol=rtol,
+            got_grad = din[i]
+            assert got_grad is not None and leaf.grad is not None
+            np.testing.assert_allclose(got_grad.numpy(), leaf.grad.numpy(), rtol=rtol,
                                        atol=atol, err_msg=f"{op.kind}: input {i}")
         else:
             assert din[i] is None
     for k, leaf in rw.items():
         if leaf.requires_grad:
+            assert leaf.grad is not None
             np.testing.assert_allclose(dw[k].numpy(), leaf.grad.numpy(), rtol=rtol, atol=atol,
                                        err_msg=f"{op.kind}: weight {k}")
 
@@ -102,7 +105,7 @@ def windows(draw: st.DrawFn, *, pools: bool) -> tuple:
     if draw(st.booleans()):
         ph, pw = draw(st.integers(0, kh // 2 if pools else 3)), \
             draw(st.integers(0, kw // 2 if pools else 3))
-        pads = (ph, pw, ph, pw)
+        pads: tuple[int, ...] = (ph, pw, ph, pw)
     else:
         pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
     h = draw(st.integers(max(1, kh - pads[0] - pads[2]), 9))
@@ -189,7 +192,7 @@ def test_pooling_equals_nn_pooling(window, kind) -> None:
         if include:
             return [nn.AvgPool2d(kernel, stride)(F.pad(x[0], _flat(pads)))]
         # uneven padding left out of the count: the array-API kernel (tested on its own)
-        return array_api.KERNELS["avg_pool2d"](xp, op, x, wt)
+        return list(array_api.KERNELS["avg_pool2d"](xp, op, x, wt))
 
     check(op, [rand(2, 3, h, w)], {}, reference)
 

@@ -4,6 +4,7 @@ and starting weights, differentiated by torch's autograd and updated by ``torch.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import pytest
@@ -42,9 +43,9 @@ MODELS = {
 
 
 def _torch_forward(graph: Graph, inputs: Mapping[str, np.ndarray],
-                   weights: Mapping[str, Mapping[str, object]]) -> object:
+                   weights: Mapping[str, Mapping[str, Any]]) -> Any:
     """Interpret ``graph`` with torch's functional ops; returns the graph's last output."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     for name in graph.topological_order():
         op = graph.op(name)
         w = weights.get(op.attrs.get("shares", name), {})
@@ -203,9 +204,9 @@ def test_every_zoo_model_but_the_lstm_has_a_kernel_for_every_training_op() -> No
 
     trainable = set()
     for name in list_models():
-        seq = {"seq_len": 4} if name in ("lstm", "bert_base", "gpt2_small", "bert_large",
-                                         "gpt2_large", "gpt3_xl", "gpt3_xl_neusight",
-                                         "gpt3_2.7b", "opt_1.3b") else {}
+        sequences = ("lstm", "bert_base", "gpt2_small", "bert_large", "gpt2_large", "gpt3_xl",
+                     "gpt3_xl_neusight", "gpt3_2.7b", "opt_1.3b")
+        seq: dict[str, Any] = {"seq_len": 4} if name in sequences else {}
         step = training_graph(build_model(name, **seq))
         try:
             for op in step:

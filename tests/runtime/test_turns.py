@@ -44,7 +44,8 @@ def test_plans_run_in_turns_and_each_gets_its_repeats(repeats: int, rounds: int,
     turns: list[int] = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(runtime.executor, "execute", fake)
-        measured = run_in_turns(list(range(plans)), object(), repeats=repeats,
+        measured = run_in_turns(list(range(plans)), object(),  # type: ignore[arg-type]
+                                repeats=repeats,
                                 warmup=0, seed=0, rounds=rounds,
                                 after_turn=lambda: turns.append(len(calls)))
     assert turns == [plans * (t + 1) for t in range(rounds)]  # asked as each turn ends

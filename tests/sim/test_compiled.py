@@ -101,12 +101,18 @@ def test_simulate_runs_the_compiled_loop_where_it_applies(monkeypatch: pytest.Mo
     """Plan order with fcfs, none or fair links on unshared hosts: compiled; priority order
     or shared hosts: the Python loop."""
     compiled: list[bool] = []
-    run = engine.Simulation.run
-    monkeypatch.setattr(engine.Simulation, "run", lambda self: (compiled.append(False),
-                                                                run(self))[1])
-    fast = engine.CompiledRun.run
-    monkeypatch.setattr(engine.CompiledRun, "run", lambda self: (compiled.append(True),
-                                                                 fast(self))[1])
+    run, fast = engine.Simulation.run, engine.CompiledRun.run
+
+    def python(self: Simulation) -> Any:
+        compiled.append(False)
+        return run(self)
+
+    def arrays(self: CompiledRun) -> Any:
+        compiled.append(True)
+        return fast(self)
+
+    monkeypatch.setattr(engine.Simulation, "run", python)
+    monkeypatch.setattr(engine.CompiledRun, "run", arrays)
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
     p = plan(build_model("mlp"), cluster, "heft", cost)

@@ -84,6 +84,7 @@ def test_nothing_differs_before_the_divergence(instance, links: str, seed: int) 
     p, cluster, cost = instance
     q = moved(p, np.random.default_rng(seed), cluster.device_names)
     old, new = (simulate(x, cluster, cost, links=links).columns for x in (p, q))
+    assert old is not None and new is not None
     when = divergence(p, q, old.op_start, old.op_end)
     # Every event before ``when`` happened in both runs alike: what started before it started
     # at the same time, what ended before it ended at the same time (a flow that started
@@ -274,8 +275,9 @@ def test_a_search_resumes_runs_only_on_graphs_above_the_threshold(
     assert isinstance(small, DeltaEvaluator) and not small.resume
     assert small.stats["restored"] == 0 and q.info["score_s"] == simulate(q, c, cost).makespan_s
     # by default on none: resuming paid at no size measured (RESUME_ABOVE)
-    assert not search_evaluator(training_graph(build_model("gpt2_small", batch=1, seq_len=8),
-                                               "adam"), c, cost).resume
+    step = search_evaluator(training_graph(build_model("gpt2_small", batch=1, seq_len=8),
+                                           "adam"), c, cost)
+    assert isinstance(step, DeltaEvaluator) and not step.resume
     monkeypatch.setattr(sim.delta, "RESUME_ABOVE", len(graph) - 1)
     large = search_evaluator(graph, c, cost)
     assert isinstance(large, DeltaEvaluator) and large.resume

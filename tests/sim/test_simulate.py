@@ -178,11 +178,11 @@ def test_a_result_does_not_keep_the_simulation_alive() -> None:
         runs.append(weakref.ref(self))
         return original(self, job)
 
-    engine.Simulation.result = spy
+    engine.Simulation.result = spy  # type: ignore[method-assign]
     try:
         result = simulate(plan, cluster, FixedCost(cluster))
     finally:
-        engine.Simulation.result = original
+        engine.Simulation.result = original  # type: ignore[method-assign]
     gc.collect()
     assert runs and runs[0]() is None
     assert len(result.trace) == 50 + len(plan.transfers)

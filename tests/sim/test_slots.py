@@ -43,6 +43,7 @@ def assert_runs_alike(p: Plan, cluster: Cluster, cost: Any, links: str,
     compiled.advance(slots.columns, inputs, run, links == "fcfs", 2**62)
     full = python_loop(p, cluster, cost, links)
     c = full.columns
+    assert c is not None
     assert float(run.clock[1]) == full.makespan_s
     assert np.array_equal(run.start, c.op_start)
     assert run.peak.tolist() == [full.peak_memory_bytes[d] for d in cluster.device_names]

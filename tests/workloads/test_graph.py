@@ -63,7 +63,7 @@ def test_bad_fields_name_the_op_and_value() -> None:
                                          r"\[0, 2\*\*63\), got -1"):
         Op("a", "relu", "elementwise", flops=-1)
     with pytest.raises(GraphError, match=r"op 'a': bytes_read must be .* got nan"):
-        Op("a", "relu", "elementwise", bytes_read=float("nan"))
+        Op("a", "relu", "elementwise", bytes_read=float("nan"))  # type: ignore[arg-type]
     with pytest.raises(GraphError, match=r"tensor 't': size must fit in an int64 of bytes"):
         Tensor("t", (10**12, 10**12))
     with pytest.raises(GraphError, match=r"tensor 't': shape must be positive integers"):
@@ -78,7 +78,8 @@ def test_bad_fields_name_the_op_and_value() -> None:
     with pytest.raises(GraphError, match=r"^op: name must be a non-empty string of printable "
                                          r"characters, got 'a\\nb'$"):
         Op("a\nb", "relu", "elementwise")
-    assert Op("a", "relu", "elementwise", flops=2e9).flops == 2 * 10**9  # a whole float
+    whole = Op("a", "relu", "elementwise", flops=2e9)  # type: ignore[arg-type]
+    assert whole.flops == 2 * 10**9  # a whole float
 
 
 def test_networkx_view_carries_edge_bytes() -> None:
@@ -115,7 +116,8 @@ def test_graph_arrays_are_read_only() -> None:
 def dags_with_repeated_reads(draw: st.DrawFn) -> Graph:
     """Random DAGs whose ops may read one tensor twice and produce several tensors."""
     n = draw(st.integers(1, 20))
-    ops, tensors = [], []
+    ops: list[Op] = []
+    tensors: list[str] = []
     for i in range(n):
         reads = draw(st.lists(st.sampled_from(tensors), max_size=4)) if tensors else []
         outs = tuple(Tensor(f"t{i}.{k}", (draw(st.integers(1, 9)),),

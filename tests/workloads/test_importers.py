@@ -259,9 +259,10 @@ def _imported(module, x):  # type: ignore[no-untyped-def]
 def test_torch_attention_is_an_op_with_torchs_flop_count(shape) -> None:  # type: ignore[no-untyped-def]
     # an unbatched input, (L, E), has no batch axis although the layer is batch_first
     torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-    class Block(torch.nn.Module):
+    class Block(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.att = torch.nn.MultiheadAttention(32, 4, batch_first=True)
@@ -287,9 +288,10 @@ def test_torch_attention_is_an_op_with_torchs_flop_count(shape) -> None:  # type
 def test_torch_recurrent_layers_are_ops_with_their_products_counted(layer: str) -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
     import torch.nn.functional as F
+    from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-    class Net(torch.nn.Module):
+    class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.rnn = getattr(torch.nn, layer)(16, 24, num_layers=2, batch_first=True)
@@ -318,9 +320,11 @@ def test_torch_recurrent_layers_are_ops_with_their_products_counted(layer: str) 
 
 def test_torch_tuple_results_without_a_formula_are_opaque_never_dropped() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
+
     from workloads.importers.torch_import import import_torch
 
-    class Net(torch.nn.Module):
+    class Net(nn.Module):
         def forward(self, x):  # type: ignore[no-untyped-def]
             values, _ = x.max(dim=1)  # a method returning (values, indices)
             return values * 2
@@ -334,9 +338,10 @@ def test_torch_tuple_results_without_a_formula_are_opaque_never_dropped() -> Non
 def test_torch_tied_weights_count_once_and_sdpa_is_attention() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
     import torch.nn.functional as F
+    from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-    class TinyLM(torch.nn.Module):
+    class TinyLM(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.emb = torch.nn.Embedding(50, 16)
@@ -351,7 +356,7 @@ def test_torch_tied_weights_count_once_and_sdpa_is_attention() -> None:
     assert g.params == sum(p.numel() for p in lm.parameters()) == 800
     assert g.op("head").attrs["shares"] == "emb"
 
-    class Attend(torch.nn.Module):
+    class Attend(nn.Module):
         def forward(self, q, k):  # type: ignore[no-untyped-def]
             return F.scaled_dot_product_attention(q, k, k)
 
@@ -554,9 +559,10 @@ def test_weights_stored_beside_the_model_load_from_any_folder(tmp_path: Path,
 def test_torch_lstm_projection_and_unbatched_input_match_torchs_counter(shape) -> None:  # type: ignore[no-untyped-def]
     # An LSTM with proj_size runs unrolled, so torch's counter sees each of its products.
     torch = pytest.importorskip("torch", reason="torch is the FLOP counter of reference")
+    from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-    class Net(torch.nn.Module):
+    class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.rnn = torch.nn.LSTM(16, 24, num_layers=2, batch_first=True, proj_size=8)
@@ -584,8 +590,9 @@ def test_torch_lstm_projection_and_unbatched_input_match_torchs_counter(shape) -
 def test_torch_index_buffers_read_through_get_attr_are_not_parameters() -> None:
     # Swin's relative position bias: a trainable table gathered by an int64 index buffer.
     torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
 
-    class RelativeBias(torch.nn.Module):
+    class RelativeBias(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.table = torch.nn.Parameter(torch.zeros(13 * 13, 4))
@@ -612,8 +619,9 @@ def test_an_imported_graph_is_named_after_its_file_or_as_asked(tmp_path: Path) -
 
 def test_torch_frozen_weights_are_state_not_parameters_however_they_are_read() -> None:
     torch = pytest.importorskip("torch", reason="torch is not installed")
+    from torch import nn
 
-    class Net(torch.nn.Module):
+    class Net(nn.Module):
         def __init__(self) -> None:
             super().__init__()
             self.frozen, self.tuned = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
@@ -638,10 +646,11 @@ def test_shifted_window_attention_exported_by_torch_imports_and_names_folded_con
     import re
 
     import torch.nn.functional as F
+    from torch import nn
 
     from workloads.importers import import_onnx
 
-    class WindowAttention(torch.nn.Module):
+    class WindowAttention(nn.Module):
         def __init__(self, dim: int = 32, heads: int = 2, win: int = 4) -> None:
             super().__init__()
             self.heads, self.win, self.shift = heads, win, win // 2
@@ -686,7 +695,9 @@ def test_shifted_window_attention_exported_by_torch_imports_and_names_folded_con
         warnings.simplefilter("always")
         g = import_onnx(path)  # refused over an unknown dimension before
     (note,) = [str(w.message) for w in caught if "exporter may have" in str(w.message)]
-    flagged = int(re.search(r": ([\d,]+) parameters", note).group(1).replace(",", ""))
+    found = re.search(r": ([\d,]+) parameters", note)
+    assert found is not None, note
+    flagged = int(found.group(1).replace(",", ""))
     trained = sum(p.numel() for p in net.parameters())
     # the gathered bias (16 x 16 per head against a 7 x 7 table) and the mask are counted,
     # and the warning accounts for all of the excess

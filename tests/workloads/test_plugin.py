@@ -4,15 +4,19 @@ the same way, and refused in one line naming the family, the member and the para
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from policies.base import POLICIES
 from sim.sharing import SHARING
 from workloads.errors import GraphError, PlacementError
 from workloads.passes import PASSES
+from workloads.registry import Registry
 
-FAMILIES = [(POLICIES, "policy", PlacementError), (SHARING, "sharing policy", PlacementError),
-            (PASSES, "pass", GraphError)]
+FAMILIES: list[tuple[Registry[Any], str, type[Exception]]] = [
+    (POLICIES, "policy", PlacementError), (SHARING, "sharing policy", PlacementError),
+    (PASSES, "pass", GraphError)]
 MEMBERS = [(registry, name, family, error) for registry, family, error in FAMILIES
            for name in registry.names()]
 

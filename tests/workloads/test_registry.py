@@ -89,7 +89,7 @@ def test_plugins_load_through_entry_points_and_a_broken_one_spoils_nothing(
     _fake_distribution(tmp_path, "placelab_fake_plugins", PLUGINS,
                        {"fake_plugins": PLUGIN_SOURCE, "fake_broken": "raise ImportError('x')"})
     monkeypatch.syspath_prepend(str(tmp_path))
-    policies = Registry("policy", "placelab.policies",
+    policies: Registry[type] = Registry("policy", "placelab.policies",
                         builtins={"heft": "policies.listsched:HEFT"})
     with pytest.warns(PluginWarning) as caught:
         names = policies.names()
@@ -101,8 +101,8 @@ def test_plugins_load_through_entry_points_and_a_broken_one_spoils_nothing(
     assert names == ["everything_first", "heft"]
     assert policies.get("heft").__name__ == "HEFT"  # the built-in is never overwritten
     assert policies.get("everything_first").__name__ == "EverythingFirst"
-    passes = Registry("pass", "placelab.passes")
-    costs = Registry("cost model", "placelab.cost_models")
+    passes: Registry[type] = Registry("pass", "placelab.passes")
+    costs: Registry[type] = Registry("cost model", "placelab.cost_models")
     assert passes.names() == ["noop"] and costs.get("flat").__name__ == "Flat"
     assert "fake_plugins" in sys.modules
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed")
-nn = torch.nn
-F = torch.nn.functional
 
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
