@@ -112,8 +112,7 @@ def small_graphs(settings: list[Setting]) -> list[str]:
     cluster = small_cluster()
     cost = RooflineCost(cluster)
     graphs = {seed: small_graph(seed) for seed in TUNING_SEEDS}
-    optima = {seed: optimum(g, cluster, cost)[1]
-              for seed, g in graphs.items()}
+    optima = {seed: optimum(g, cluster, cost)[1] for seed, g in graphs.items()}
     lines = ["| setting | optimum reached | mean gap | worst gap |", "|---|---:|---:|---:|"]
     for row in settings:
         label, policy = row.label, row.policy
