@@ -6,11 +6,12 @@
   stream of the cluster.
 * :func:`relaxation_bound`: a linear program that couples the two and adds communication:
   each op split over the kinds of device (a fraction on each, its time the mix of
-  theirs), every path of the graph and every kind's load within the makespan, and a
-  tensor whose producer and reader sit on different kinds arriving no sooner than its
-  fastest transfer. Tighter on heterogeneous clusters (where the fastest device cannot run
-  everything at once), dearer to compute (an LP of ops x kinds + edges x kinds rows; a
-  tenth of a second to a few tenths at 600-1,000 ops on four devices).
+  theirs; the ops of a co-placement group split alike), every path of the graph and every
+  kind's load within the makespan, and a tensor whose producer and reader sit on different
+  kinds arriving no sooner than its fastest transfer. Tighter on heterogeneous clusters
+  (where the fastest device cannot run everything at once), dearer to compute (an LP of
+  ops x kinds + edges x kinds rows; a tenth of a second to a few tenths at 600-1,000 ops
+  on four devices).
 
 All hold for the simulator's model: an op never runs faster than on its fastest device,
 never before its producers end (and a tensor from another device has arrived), and a stream
@@ -121,13 +122,15 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
 
     Devices that run every op alike, with as many streams, form a class. Op ``i`` is
     spread over the classes that can run it (fractions ``x[i, k]`` summing to one), taking
-    ``sum_k x[i, k] t[i, k]``; an op starts after each producer ends, plus, for an edge,
-    the fastest transfer of its tensor between any two devices times
-    ``z >= x[src, k] - x[dst, k]`` (every class); every op ends by the makespan ``T``, and
-    each class's share of the work fits in ``T`` times its compute streams. Every plan's
-    run is one solution (its ops' times, starts and classes: ``z`` is 1 only where an
-    edge's ends sit in different classes, so on different devices), so ``T`` is a lower
-    bound. A homogeneous cluster is one class, and the bound is :func:`lower_bound` there.
+    ``sum_k x[i, k] t[i, k]``; the ops of a co-placement group share one set of
+    fractions, over the classes that can run each of them; an op starts after each
+    producer ends, plus, for an edge, the fastest transfer of its tensor between any two
+    devices times ``z >= x[src, k] - x[dst, k]`` (every class); every op ends by the
+    makespan ``T``, and each class's share of the work fits in ``T`` times its compute
+    streams. Every plan's run is one solution (its ops' times, starts and classes: ``z``
+    is 1 only where an edge's ends sit in different classes, so on different devices; a
+    group's ops all in its device's class), so ``T`` is a lower bound. A homogeneous
+    cluster is one class, and the bound is :func:`lower_bound` there.
     Solved by HiGHS (``scipy.optimize.linprog``), less a relative :data:`LP_SLACK`.
 
     >>> from hwmodels import get_cluster, RooflineCost
@@ -160,7 +163,10 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     # columns: x[i, k] (i * n_dev + k: op i's share on device class k), start[i], z[edge], T
     start, z, makespan = n * n_dev, n * n_dev + n, n * n_dev + n + e
     rows = _Rows()
-    x_cols = np.arange(n * n_dev).reshape(n, n_dev)
+    # the ops of a co-placement group share one device in every plan: one set of shares
+    share_of = _group_representatives(graph)
+    x_cols = (share_of[:, None] * n_dev + np.arange(n_dev)).reshape(n, n_dev)
+    able = _group_able(share_of, able)
     # an edge's reader starts after its producer's end and, apart, the crossing
     rows.add(np.repeat(np.arange(e), n_dev), x_cols[src].ravel(), t[src].ravel())
     rows.add(np.arange(e), start + src, np.ones(e))
@@ -183,19 +189,37 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     rows.add(pair, z + np.repeat(np.arange(e), n_dev), -np.ones(e * n_dev))
     rows.close(e * n_dev)
     n_vars = makespan + 1
-    spread = sp.csr_matrix((np.ones(n * n_dev), (np.repeat(np.arange(n), n_dev),
-                                                  x_cols.ravel())), shape=(n, n_vars))
+    reps = np.unique(share_of)
+    spread = sp.csr_matrix((np.ones(len(reps) * n_dev),
+                            (np.repeat(np.arange(len(reps)), n_dev), x_cols[reps].ravel())),
+                           shape=(len(reps), n_vars))
     upper = np.full(n_vars, np.inf)
     upper[:start] = np.where(able.ravel(), 1.0, 0.0)  # no share where it cannot run
     objective = np.zeros(n_vars)
     objective[makespan] = 1.0
     res = linprog(objective, A_ub=rows.matrix(n_vars), b_ub=np.zeros(rows.count),
-                  A_eq=spread, b_eq=np.ones(n), bounds=np.column_stack((np.zeros(n_vars),
-                                                                        upper)),
-                  method="highs")
+                  A_eq=spread, b_eq=np.ones(len(reps)),
+                  bounds=np.column_stack((np.zeros(n_vars), upper)), method="highs")
     if res.status != 0:  # feasible and bounded by design; HiGHS refuses programs scaled
         return floor     # past about 1e15 (a transfer that long against the floor)
     return max(floor, float(res.fun) * unit * (1 - LP_SLACK))
+
+
+def _group_representatives(graph: Graph) -> np.ndarray:
+    """Each op's representative (``graph.arrays`` order): the first op of its
+    co-placement group, or itself."""
+    position = graph.arrays.position
+    rep = np.arange(len(graph.arrays.names))
+    for ops in graph.groups.values():
+        rep[[position[name] for name in ops]] = position[ops[0]]
+    return rep
+
+
+def _group_able(share_of: np.ndarray, able: np.ndarray) -> np.ndarray:
+    """``able`` (ops x classes) with each op able only where every op of its group is."""
+    every = np.ones_like(able)
+    np.logical_and.at(every, share_of, able)
+    return every[share_of]
 
 
 def _device_classes(cluster: Cluster, times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -4,8 +4,10 @@ below the simple bounds."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+import random
 from collections.abc import Mapping
 
 import pytest
@@ -52,6 +54,31 @@ def test_two_independent_ops_on_a_fast_and_a_slow_device() -> None:
     assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(1.5, rel=2 * LP_SLACK)
 
 
+def _grouped(o: Op, group: str) -> Op:
+    return dataclasses.replace(o, attrs={**o.attrs, "colocate": group})
+
+
+def test_a_co_placement_group_shares_one_split() -> None:
+    # a takes 1 s on d0 and 3 s on d1, b the reverse: apart, each on its fast device, the
+    # bound is 1; grouped, one share x on d0 for both: d0's load 1x + 3x and d1's
+    # 3(1 - x) + 1(1 - x) within T give x = 1/2, T = 2 (each op's mix also takes 2); the
+    # best plan puts both on one device: 4
+    times = {"a": {"d0": 1.0, "d1": 3.0}, "b": {"d0": 3.0, "d1": 1.0}}
+    cost = TableCost(_pair(), times, {})
+    apart = Graph("two", [op("a"), op("b")])
+    grouped = Graph("two", [_grouped(op("a"), "g"), _grouped(op("b"), "g")])
+    assert relaxation_bound(apart, cost.cluster, cost) == pytest.approx(1.0, rel=2 * LP_SLACK)
+    assert relaxation_bound(grouped, cost.cluster, cost) == pytest.approx(2.0, rel=2 * LP_SLACK)
+    assert brute_force_makespan(Problem(grouped, cost.cluster, cost), grouped=True) == 4.0
+
+
+def test_a_group_is_kept_off_a_device_one_of_its_ops_cannot_run_on() -> None:
+    # b cannot run on d1, so neither can a: the whole 2 s sit on d0
+    cost = _Only(_pair(), {"a": {"d0": 1.0, "d1": 0.1}, "b": {"d0": 1.0}})
+    g = Graph("two", [_grouped(op("a"), "g"), _grouped(op("b"), "g")])
+    assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(2.0, rel=2 * LP_SLACK)
+
+
 def test_a_device_of_two_streams_runs_two_ops_at_once() -> None:
     cluster = Cluster("one", (Device("d0", "gpu", {"fp32": 1e12}, 2**34, 1e11,
                                      compute_streams=2),))
@@ -96,6 +123,21 @@ def test_below_the_optimum_and_above_the_simple_bound(seed: int) -> None:
     best = brute_force_makespan(Problem(graph, cluster, cost))
     bound = relaxation_bound(graph, cluster, cost)
     assert lower_bound(graph, cluster, cost) <= bound <= best
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_with_groups_below_the_optimum_and_above_the_bound_without(seed: int) -> None:
+    """Ops paired into co-placement groups at random: the bound rises (or stays), and no
+    plan that keeps each group on one device beats it."""
+    graph, cluster, cost = instance(6, seed)
+    rnd = random.Random(seed)
+    names = graph.topological_order()
+    groups = {name: f"g{rnd.randrange(3)}" for name in rnd.sample(names, 4)}
+    grouped = Graph("grouped", [_grouped(o, groups[o.name]) if o.name in groups else o
+                                for o in graph])
+    best = brute_force_makespan(Problem(grouped, cluster, cost), grouped=True)
+    bound = relaxation_bound(grouped, cluster, cost)
+    assert relaxation_bound(graph, cluster, cost) * (1 - 1e-6) <= bound <= best
 
 
 def test_the_topcuoglu_instance_is_bounded_below_heft() -> None:

@@ -39,13 +39,16 @@ def instance(n: int, seed: int, devices: int = 2) -> tuple[Graph, Cluster, Table
     return Graph("tiny", graph_ops), cluster, TableCost(cluster, times, transfers)
 
 
-def brute_force_makespan(p: Problem) -> float:
+def brute_force_makespan(p: Problem, grouped: bool = False) -> float:
+    """The least schedule length over every placement and order (``grouped``: only
+    placements that keep each co-placement group on one device)."""
     g = nx.DiGraph()
     g.add_nodes_from(range(p.n))
     g.add_edges_from((i, j) for j in range(p.n) for i, _ in p.preds[j])
     orders = list(nx.all_topological_sorts(g))
     return min(schedule_length(p, list(where), order)
                for where in itertools.product(range(len(p.devices)), repeat=p.n)
+               if not grouped or all(where[i] == where[p.node_of[i]] for i in range(p.n))
                for order in orders)
 
 
