@@ -165,7 +165,7 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     rows = _Rows()
     # the ops of a co-placement group share one device in every plan: one set of shares
     share_of = _group_representatives(graph)
-    x_cols = (share_of[:, None] * n_dev + np.arange(n_dev)).reshape(n, n_dev)
+    x_cols = share_of[:, None] * n_dev + np.arange(n_dev)  # ops x classes
     able = _group_able(share_of, able)
     # an edge's reader starts after its producer's end and, apart, the crossing
     rows.add(np.repeat(np.arange(e), n_dev), x_cols[src].ravel(), t[src].ravel())
