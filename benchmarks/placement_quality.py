@@ -1,4 +1,4 @@
-"""Placement quality and speed of every policy, in three parts.
+"""Placement quality and speed of every policy, in four parts.
 
 1. Zoo training steps x catalog clusters x every policy: simulated step time, its ratio to
    the lower bound, feasibility, and the policy's wall time.
@@ -6,8 +6,13 @@
    rules) and metis against the MILP optimum, in the model they all share (contention-free;
    the MILP's objective) and simulated with contention.
 3. Placement wall time of every heuristic on a 10k-op layered graph on 16 H100s.
+4. The list scheduler compiled (:mod:`policies.compiled`) against the interpreted one, in
+   the same run: HEFT's and the priority search's decoder on part 3's graph and on two
+   training steps (median of repeated decodes under perturbed priorities, the schedules
+   checked equal), and ``mcmc`` at 500 evaluations on each step both ways (the plans
+   checked equal).
 
-    python -m benchmarks.placement_quality [--part 1,2,3] [--quick] [--out FILE.md]
+    python -m benchmarks.placement_quality [--part 1,2,3,4] [--quick] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -18,17 +23,20 @@ import statistics
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 
 from benchmarks.machine import describe, record
 from hwmodels import Cluster, Device, Link, RooflineCost, get_cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound
+from policies.keys import PredictedFinish
+from policies.listsched import HEFT, ready_order
 from policies.optimal import Optimal
 from policies.plans import Plan
-from policies.problem import model_makespan
+from policies.problem import Problem, model_makespan
 from policies.testing import random_dag
-from sim import simulate
+from sim import search_evaluator, simulate
 from workloads import Graph, build_model, training_graph
 from workloads.errors import PlacementError
 from workloads.synthetic import layered_dag
@@ -109,6 +117,7 @@ def part_speed(quick: bool) -> pd.DataFrame:
     graph = layered_dag(2_000 if quick else 10_000, width=500, seed=0)
     cluster = get_cluster("dgx-h100-x2-ib")
     cost = RooflineCost(cluster)
+    plan(layered_dag(50, width=5, seed=0), cluster, "heft", cost)  # untimed: numba's load
     rows = []
     # m-ETF and m-SCT also with the transfer model and budget they had before Baechi's
     for policy in (*HEURISTICS, "m_etf:transfers=free,budget=conservative",
@@ -121,6 +130,72 @@ def part_speed(quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _decode_seconds(p: Problem, chooser: HEFT, repeats: int) -> tuple[float, float]:
+    """Median seconds of one decode compiled and interpreted, under the same perturbed
+    priorities (the schedules must agree)."""
+    rng = np.random.default_rng(0)
+    fast, slow = [], []
+    for _ in range(repeats):
+        priority = (np.asarray(p.upward_rank()) * np.exp(0.1 * rng.standard_normal(p.n)))
+        order = ready_order(p, priority.tolist())
+        start = time.perf_counter()
+        a = chooser.decode(p, priority.tolist(), order)
+        fast.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        b = chooser.decode_interpreted(p, priority.tolist(), order,
+                                       chooser.prepare(p, priority.tolist()))
+        slow.append(time.perf_counter() - start)
+        if (a.devices, a.order, a.estimated_makespan_s) != \
+                (b.devices, b.order, b.estimated_makespan_s):
+            raise AssertionError(f"compiled and interpreted schedules differ on {p.graph.name}")
+    return statistics.median(fast), statistics.median(slow)
+
+
+def _search_seconds(graph: Graph, cluster: Cluster, cost: RooflineCost,
+                    evals: int) -> tuple[float, float]:
+    """Seconds of ``mcmc`` (simulator in the loop) with the compiled scheduler and with the
+    interpreted one (the plans must agree)."""
+    seconds, plans = [], []
+    for compiled in (True, False):
+        HEFT.compiled = PredictedFinish.compiled = compiled
+        try:
+            start = time.perf_counter()
+            plans.append(plan(graph, cluster, f"mcmc:evals={evals}", cost,
+                              evaluate=search_evaluator(graph, cluster, cost, links="fair")))
+            seconds.append(time.perf_counter() - start)
+        finally:
+            HEFT.compiled = PredictedFinish.compiled = True
+    if plans[0].placement != plans[1].placement or plans[0].order != plans[1].order:
+        raise AssertionError(f"mcmc's plans differ on {graph.name}")
+    return seconds[0], seconds[1]
+
+
+def part_compiled(quick: bool) -> pd.DataFrame:
+    """Part 4: compiled against interpreted, in the same run."""
+    cases = [("layered", layered_dag(2_000 if quick else 10_000, width=500, seed=0),
+              "dgx-h100-x2-ib")]
+    for model, batch, on in (("inception_v3", 16, "quad-v100-nvlink"),
+                             ("bert_base", 8, "workstation"))[:1 if quick else 2]:
+        cases.append((model, training_graph(build_model(model, batch=batch), "adam"), on))
+    rows = []
+    for name, graph, cluster_name in cases:
+        cluster = get_cluster(cluster_name)
+        cost = RooflineCost(cluster)
+        p = Problem(graph, cluster, cost)
+        HEFT().decode(p, p.upward_rank())  # untimed: the tables, built once per problem
+        for chooser in (HEFT(), PredictedFinish()):
+            fast, slow = _decode_seconds(p, chooser, 3 if name == "layered" else 20)
+            rows.append({"graph": name, "ops": p.n, "cluster": cluster_name,
+                         "what": f"decode ({type(chooser).__name__})", "compiled_s": fast,
+                         "interpreted_s": slow, "speedup": slow / fast})
+        if name != "layered":
+            fast, slow = _search_seconds(graph, cluster, cost, 100 if quick else 500)
+            rows.append({"graph": name, "ops": p.n, "cluster": cluster_name,
+                         "what": f"mcmc:evals={100 if quick else 500}", "compiled_s": fast,
+                         "interpreted_s": slow, "speedup": slow / fast})
+    return pd.DataFrame(rows)
+
+
 def header() -> list[str]:
     flags = " ".join(a for a in sys.argv[1:])
     return [describe(), f"date: {datetime.date.today().isoformat()}",
@@ -129,7 +204,7 @@ def header() -> list[str]:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", default="1,2,3")
+    parser.add_argument("--part", default="1,2,3,4")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -166,6 +241,12 @@ def main(argv: list[str] | None = None) -> str:
                 f"({df['place_s'].max():.2f} s); median "
                 f"{statistics.median(df['place_s']):.2f} s", ""]
         print("\n".join(out[-6:]), flush=True)
+    if 4 in parts:
+        df = part_compiled(args.quick)
+        out += ["### 4. The list scheduler compiled against interpreted, same run", "",
+                df.to_markdown(index=False, floatfmt=".3g"), "",
+                "schedules and plans equal both ways: True", ""]
+        print("\n".join(out[-(len(df) + 6):]), flush=True)
     return record(out, args.out)
 
 

@@ -181,6 +181,9 @@ class PredictedFinish(HEFT):
         # the finish times compare exactly as HEFT's, unrounded by a large common term
         return self.least_finish(p, op, ready, lines, (row - row.min()).tolist())
 
+    def ahead(self, p: Problem, state: Any) -> np.ndarray:
+        return np.asarray(state - state.min(axis=1, keepdims=True))
+
 
 def _digest(order: list[int]) -> bytes:
     """A short fingerprint of an order (kept for every plan decoded: orders are long)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import heapq
 from typing import Any, ClassVar
 
 import numpy as np
@@ -140,6 +139,15 @@ class _InsertionScheduler(PlacementPolicy):
                state: Any = None) -> tuple[float, int]:
         return self.least_finish(p, op, ready, lines)
 
+    #: Whether :meth:`choose` is :meth:`least_finish` plus at most :meth:`ahead`'s term per
+    #: op and device: then :meth:`decode` runs compiled (:mod:`policies.compiled`).
+    compiled: ClassVar[bool] = True
+
+    def ahead(self, p: Problem, state: Any) -> np.ndarray | None:
+        """What :meth:`choose` adds to each op's finish on each device (ops x devices), or
+        None: nothing."""
+        return None
+
     @staticmethod
     def least_finish(p: Problem, op: int, ready: list[float], lines: list[Timeline],
                      ahead: list[float] | None = None) -> tuple[float, int]:
@@ -182,13 +190,29 @@ class _InsertionScheduler(PlacementPolicy):
         True
         """
         state = self.prepare(p, priority)
+        if order is None:
+            order = ready_order(p, priority)
+        if self.compiled:
+            from policies import compiled  # numba: loaded on first use
+
+            done = compiled.decode(p, np.asarray(order, dtype=np.int64), self.ahead(p, state))
+            if done is not None:
+                where, orders, finish = done
+                return _placement(p, where.tolist(), orders, finish.tolist(), priority)
+        return self.decode_interpreted(p, priority, order, state)
+
+    def decode_interpreted(self, p: Problem, priority: list[float], order: list[int],
+                           state: Any) -> Placement:
+        """:meth:`decode` in Python, op by op through :meth:`choose` (``state``: what
+        :meth:`prepare` gave): what the compiled schedule is checked against, and the
+        schedule of a :meth:`choose` it cannot run."""
         lines = [Timeline() for _ in p.devices]
         for line, busy in zip(lines, p.busy, strict=True):
             if busy > 0:  # other jobs' work (op -1, left out of orders), queued from before
                 line.insert(float("-inf"), busy, -1)  # now: nothing, not even 0 s, fits ahead
         where, finish = [-1] * p.n, [0.0] * p.n
         pins = Pins(p)
-        for op in ready_order(p, priority) if order is None else order:
+        for op in order:
             ready = _data_ready_row(p, op, where, finish).tolist()
             d = pins.of(op)
             if d >= 0:
@@ -215,18 +239,9 @@ def ready_order(p: Problem, priority: list[float]) -> list[int]:
     >>> ready_order(p, [0.0] * p.n) == sorted(ready_order(p, [0.0] * p.n))  # a chain
     True
     """
-    pending = _pending(p)
-    heap = [(-priority[i], i) for i in range(p.n) if not pending[i] and not p.floating[i]]
-    heapq.heapify(heap)
-    out = []
-    while heap:
-        _, op = heapq.heappop(heap)
-        out.append(op)
-        for succ, _ in p.succs[op]:
-            pending[succ] -= 1
-            if pending[succ] == 0:
-                heapq.heappush(heap, (-priority[succ], succ))
-    return out
+    from policies import compiled  # numba: loaded on first use
+
+    return compiled.ready_order(p, np.asarray(priority, dtype=np.float64)).tolist()
 
 
 @register_policy
@@ -242,6 +257,7 @@ class CPOP(_InsertionScheduler):
     runs that path fastest, the others to their earliest-finish device."""
 
     name = "cpop"
+    compiled = False  # its choice sends the critical path to one device
 
     def priorities(self, p: Problem) -> list[float]:
         up, down = p.upward_rank(), p.downward_rank()

@@ -31,6 +31,7 @@ from workloads.errors import OutOfMemory, PlacementError, UnsupportedOp
 from workloads.graph import Graph
 
 if TYPE_CHECKING:
+    from policies.compiled import Tables
     from policies.plans import Plan
     from workloads.graph import Op
 
@@ -170,6 +171,14 @@ class Problem:
         runnable = np.where(np.isinf(self.times), 0.0, self.times)
         total = runnable.sum(axis=0)
         return np.where(total > 0, total.max() / np.maximum(total, 1e-300), 1.0)
+
+    @cached_property
+    def tables(self) -> Tables:
+        """The graph and its costs as flat arrays, for the compiled list scheduler
+        (:mod:`policies.compiled`)."""
+        from policies.compiled import Tables
+
+        return Tables.of(self)
 
     def comm(self, tensor: int, src: int, dst: int) -> float:
         """Seconds to move tensor ``tensor`` from device ``src`` to device ``dst``."""

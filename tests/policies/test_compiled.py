@@ -1,0 +1,122 @@
+"""The compiled list scheduler: its order against networkx's lexicographic topological sort,
+its schedules against the interpreted scheduler's to the bit (heterogeneous and identical
+devices, co-placement groups, other jobs' load, ops some devices cannot run, transfers
+priced per tensor), and the published schedule of Topcuoglu et al."""
+
+from __future__ import annotations
+
+import zlib
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hwmodels import Cluster, RooflineCost, get_cluster
+from policies import compiled
+from policies.keys import PredictedFinish
+from policies.listsched import HEFT, ready_order
+from policies.load import ClusterLoad
+from policies.problem import Problem
+from policies.testing import random_dag
+from tests.helpers import topcuoglu_instance
+from workloads import Graph, Op, build_model, training_graph
+from workloads.errors import UnsupportedOp
+
+STEPS = {name: training_graph(build_model(name, batch=2), "adam")
+         for name in ("mlp", "lenet5")}
+
+
+class _PerTensor(RooflineCost):
+    """The roofline's transfers scaled per tensor name: priced by tensor, not by size."""
+
+    name = "per-tensor"
+
+    def tensor_transfer_time(self, tensor: str, nbytes: int, src: str, dst: str) -> float:
+        scale = 1 + zlib.crc32(tensor.encode()) % 7 / 3
+        return scale * super().tensor_transfer_time(tensor, nbytes, src, dst)
+
+
+class _Patchy(RooflineCost):
+    """The roofline, but about a third of the ops cannot run on the first device."""
+
+    name = "patchy"
+
+    def op_time(self, op: Op, device: str) -> float:
+        if device == self.cluster.device_names[0] and zlib.crc32(op.name.encode()) % 3 == 0:
+            raise UnsupportedOp(f"patchy: {op.name} not on {device}")
+        return super().op_time(op, device)
+
+
+def _priorities(p: Problem, seed: int, ties: bool) -> list[float]:
+    rng = np.random.default_rng(seed)
+    if ties:  # few values: many ready ops tie and go by index
+        return rng.integers(0, 3, p.n).astype(float).tolist()
+    return (np.asarray(p.upward_rank()) * np.exp(rng.normal(0, 0.5, p.n))).tolist()
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> Problem:
+    cluster: Cluster = get_cluster(draw(st.sampled_from(
+        ["workstation", "hetero-box", "quad-v100-nvlink", "dgx1-v100"])))
+    if draw(st.booleans()):
+        graph: Graph = STEPS[draw(st.sampled_from(sorted(STEPS)))]
+        cost = draw(st.sampled_from([RooflineCost, _PerTensor]))(cluster)
+    else:
+        graph = random_dag(draw(st.integers(1, 40)), seed=draw(st.integers(0, 10**6)),
+                           edge_probability=draw(st.sampled_from([0.05, 0.2, 0.5])))
+        cost = draw(st.sampled_from([RooflineCost, _PerTensor, _Patchy]))(cluster)
+    busy = {d: draw(st.sampled_from([0.0, 1e-5, 1e-3])) for d in cluster.device_names}
+    return Problem(graph, cluster, cost, ClusterLoad(busy))
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.integers(0, 2**32 - 1), st.booleans())
+def test_the_order_is_networkx_lexicographic_topological_sort(p: Problem, seed: int,
+                                                               ties: bool) -> None:
+    priority = _priorities(p, seed, ties)
+    g = nx.DiGraph()
+    g.add_nodes_from(i for i in range(p.n) if not p.floating[i])
+    g.add_edges_from((s, i) for i in range(p.n) for s, _ in p.preds[i]
+                     if not p.floating[s])
+    expected = list(nx.lexicographical_topological_sort(g, key=lambda i: (-priority[i], i)))
+    assert ready_order(p, priority) == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(problems(), st.integers(0, 2**32 - 1), st.booleans(),
+       st.sampled_from([HEFT, PredictedFinish]))
+def test_the_compiled_schedule_is_the_interpreted_one(p: Problem, seed: int, ties: bool,
+                                                      scheduler: type[HEFT]) -> None:
+    chooser = scheduler()
+    priority = _priorities(p, seed, ties)
+    order = ready_order(p, priority)
+    fast = chooser.decode(p, priority, order)
+    slow = chooser.decode_interpreted(p, priority, order, chooser.prepare(p, priority))
+    assert fast.devices == slow.devices
+    assert fast.order == slow.order
+    assert fast.estimated_makespan_s == slow.estimated_makespan_s  # to the bit
+
+
+def test_a_cluster_too_large_to_tabulate_runs_interpreted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    c = get_cluster("hetero-box")
+    p = Problem(STEPS["lenet5"], c, RooflineCost(c))
+    expected = HEFT().decode(p, p.upward_rank())
+    monkeypatch.setattr(compiled, "MAX_TABLE", 0)
+    p = Problem(STEPS["lenet5"], c, RooflineCost(c))
+    assert compiled.decode(p, np.asarray(ready_order(p, p.upward_rank()))) is None
+    assert HEFT().decode(p, p.upward_rank()) == expected
+
+
+def test_it_gives_the_papers_heft_schedule_of_80() -> None:
+    graph, cluster, cost = topcuoglu_instance()
+    p = Problem(graph, cluster, cost)
+    order = np.asarray(ready_order(p, p.upward_rank()))
+    found = compiled.decode(p, order)
+    assert found is not None
+    where, _, finish = found
+    assert finish.max() == 80.0  # Topcuoglu et al. 2002, Fig. 3(a)
+    on_p3 = {p.names[i] for i, d in enumerate(where.tolist()) if p.devices[d] == "p3"}
+    assert on_p3 == {"n1", "n3", "n5", "n7"}
