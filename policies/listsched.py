@@ -139,8 +139,10 @@ class _InsertionScheduler(PlacementPolicy):
                state: Any = None) -> tuple[float, int]:
         return self.least_finish(p, op, ready, lines)
 
-    #: Whether :meth:`choose` is :meth:`least_finish` plus at most :meth:`ahead`'s term per
-    #: op and device: then :meth:`decode` runs compiled (:mod:`policies.compiled`).
+    #: Whether :meth:`decode` runs compiled (:mod:`policies.compiled`) where it can: where
+    #: :meth:`choose` is :meth:`least_finish` plus at most :meth:`ahead`'s term per op and
+    #: device, which a class says by defining ``ahead`` with (or below) its ``choose``; a
+    #: subclass that overrides ``choose`` alone runs interpreted.
     compiled: ClassVar[bool] = True
 
     def ahead(self, p: Problem, state: Any) -> np.ndarray | None:
@@ -192,7 +194,7 @@ class _InsertionScheduler(PlacementPolicy):
         state = self.prepare(p, priority)
         if order is None:
             order = ready_order(p, priority)
-        if self.compiled:
+        if self.compiled and _ahead_covers_choose(type(self)):
             from policies import compiled  # numba: loaded on first use
 
             done = compiled.decode(p, np.asarray(order, dtype=np.int64), self.ahead(p, state))
@@ -227,6 +229,15 @@ class _InsertionScheduler(PlacementPolicy):
                           finish, priority)
 
 
+def _ahead_covers_choose(cls: type) -> bool:
+    """Whether ``cls``'s ``ahead`` is defined in the class that defines its ``choose`` or
+    in a subclass of it."""
+    def owner(name: str) -> type:
+        return next(k for k in cls.__mro__ if name in vars(k))
+
+    return issubclass(owner("ahead"), owner("choose"))
+
+
 def ready_order(p: Problem, priority: list[float]) -> list[int]:
     """The order a static-priority list scheduler takes ops in: each time, the ready op
     of highest priority (ties to the lower index); floating ops, done from the start, are
@@ -257,7 +268,6 @@ class CPOP(_InsertionScheduler):
     runs that path fastest, the others to their earliest-finish device."""
 
     name = "cpop"
-    compiled = False  # its choice sends the critical path to one device
 
     def priorities(self, p: Problem) -> list[float]:
         up, down = p.upward_rank(), p.downward_rank()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hwmodels import Cluster, RooflineCost, get_cluster
 from policies import compiled
 from policies.keys import PredictedFinish
-from policies.listsched import HEFT, ready_order
+from policies.listsched import CPOP, HEFT, Timeline, ready_order
 from policies.load import ClusterLoad
 from policies.problem import Problem
 from policies.testing import random_dag
@@ -108,6 +108,30 @@ def test_a_cluster_too_large_to_tabulate_runs_interpreted(
     p = Problem(STEPS["lenet5"], c, RooflineCost(c))
     assert compiled.decode(p, np.asarray(ready_order(p, p.upward_rank()))) is None
     assert HEFT().decode(p, p.upward_rank()) == expected
+
+
+class _Last(HEFT):
+    """HEFT's order, every op on the last device it can run on: a choice of its own."""
+
+    def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
+               state: object = None) -> tuple[float, int]:
+        d = int(np.flatnonzero(np.isfinite(p.times[op]))[-1])
+        return lines[d].earliest_start(ready[d], float(p.times[op, d])), d
+
+
+def test_a_scheduler_with_its_own_choice_runs_it() -> None:
+    c = get_cluster("workstation")
+    p = Problem(STEPS["mlp"], c, RooflineCost(c))
+    placed = _Last().decode(p, p.upward_rank())
+    assert set(placed.devices.values()) == {c.device_names[-1]}
+    assert HEFT().decode(p, p.upward_rank()).devices != placed.devices  # not HEFT's
+
+
+def test_cpop_keeps_its_critical_path_on_one_device() -> None:
+    graph, cluster, cost = topcuoglu_instance()
+    p = Problem(graph, cluster, cost)
+    placed = CPOP().decode(p, CPOP().priorities(p))
+    assert placed.estimated_makespan_s == 86.0  # Topcuoglu et al. 2002, Fig. 3(b)
 
 
 def test_it_gives_the_papers_heft_schedule_of_80() -> None:
