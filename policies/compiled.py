@@ -26,8 +26,9 @@ import numpy as np
 from numba import njit
 
 from policies.problem import Problem
+from workloads.errors import PlacementError
 
-__all__ = ["Tables", "decode", "ready_order"]
+__all__ = ["MAX_TABLE", "Tables", "comm_table", "decode", "ready_order"]
 
 #: Transfer times tabulated at most (classes of tensor x devices x devices; 16 MB): past
 #: it the interpreted scheduler, which prices only the transfers it meets, runs instead.
@@ -39,13 +40,14 @@ MAX_TABLE = 2_000_000
 
 @dataclass(frozen=True)
 class Tables:
-    """A :class:`~policies.problem.Problem`'s graph and costs as flat arrays (CSR edges),
-    for the compiled loops."""
+    """A :class:`~policies.problem.Problem`'s graph and op times as flat arrays (CSR
+    edges), for the compiled loops; its transfer times are :func:`comm_table`'s."""
 
     times: np.ndarray  #: ops x devices seconds
     pred_ptr: np.ndarray
     pred_src: np.ndarray
-    pred_class: np.ndarray  #: each in-edge's row of ``comm``
+    pred_class: np.ndarray  #: each in-edge's row of :func:`comm_table`
+    sample: np.ndarray  #: a tensor of each class (all of a class cost alike)
     succ_ptr: np.ndarray
     succ_dst: np.ndarray
     pending: np.ndarray  #: inputs each op waits for (floating producers are done)
@@ -54,31 +56,32 @@ class Tables:
     member_ptr: np.ndarray
     member_op: np.ndarray
     busy: np.ndarray
-    comm: np.ndarray | None  #: classes x devices x devices seconds; None: too large
 
     @classmethod
     def of(cls, p: Problem) -> Tables:
-        """The tables of ``p`` (its transfer times from its own cache, by tensor size
-        where the cost model prices by size)."""
+        """The tables of ``p``: a class of tensor per size where the cost model prices
+        transfers by size (as :meth:`Problem.comm_row` caches them), else per tensor."""
         pred_ptr, pred_pairs = _csr(p.preds)
         succ_ptr, succ_pairs = _csr(p.succs)
         tensors = pred_pairs[:, 1]
         keys = np.asarray(p.tensor_bytes, dtype=np.int64)[tensors] if p._by_size else tensors
         classes, pred_class = np.unique(keys, return_inverse=True)
+        pred_class = pred_class.astype(np.int64).reshape(-1)
+        sample = np.zeros(len(classes), dtype=np.int64)
+        sample[pred_class] = tensors
         members = [m for g in p.members for m in g]
         pending = [sum(not p.floating[s] for s, _ in preds) for preds in p.preds]
         return cls(
             times=np.ascontiguousarray(p.times, dtype=np.float64),
             pred_ptr=pred_ptr, pred_src=np.ascontiguousarray(pred_pairs[:, 0]),
-            pred_class=pred_class.astype(np.int64).reshape(-1),
+            pred_class=pred_class, sample=sample,
             succ_ptr=succ_ptr, succ_dst=np.ascontiguousarray(succ_pairs[:, 0]),
             pending=np.asarray(pending, dtype=np.int64),
             floating=np.asarray(p.floating, dtype=np.bool_),
             group=np.asarray(p.group, dtype=np.int64),
             member_ptr=np.cumsum([0] + [len(g) for g in p.members], dtype=np.int64),
             member_op=np.asarray(members, dtype=np.int64),
-            busy=np.asarray(p.busy, dtype=np.float64),
-            comm=_comm_table(p, tensors, classes, pred_class))
+            busy=np.asarray(p.busy, dtype=np.float64))
 
 
 def _csr(lists: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
@@ -88,20 +91,19 @@ def _csr(lists: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, pairs.reshape(-1, 2)
 
 
-def _comm_table(p: Problem, tensors: np.ndarray, classes: np.ndarray,
-                pred_class: np.ndarray) -> np.ndarray | None:
-    """Seconds to move each class's tensors from each device to each (one tensor of the
-    class asked, as :meth:`Problem.comm_row` would be), None where the table is too large."""
-    k = len(p.devices)
-    if len(classes) * k * k > MAX_TABLE:
+def comm_table(p: Problem) -> np.ndarray | None:
+    """Seconds to move each class of tensor (:attr:`Tables.pred_class`) from each device
+    to each, from ``p``'s own cache; None where the table would exceed :data:`MAX_TABLE`
+    entries or a time is not a number (the interpreted scheduler then runs, as before).
+    Built once per Problem (:attr:`Problem.comm_table`)."""
+    t, k = p.tables, len(p.devices)
+    if len(t.sample) * k * k > MAX_TABLE:
         return None
-    table = np.zeros((len(classes), k, k))
-    sample = np.zeros(len(classes), dtype=np.int64)
-    sample[pred_class.reshape(-1)] = tensors  # any tensor of the class: they cost alike
-    for c, tensor in enumerate(sample.tolist()):
+    table = np.zeros((len(t.sample), k, k))
+    for c, tensor in enumerate(t.sample.tolist()):
         for src in range(k):
             table[c, src] = p.comm_row(tensor, src)
-    return table
+    return None if np.isnan(table).any() else table
 
 
 def ready_order(p: Problem, priority: np.ndarray) -> np.ndarray:
@@ -115,17 +117,22 @@ def ready_order(p: Problem, priority: np.ndarray) -> np.ndarray:
     >>> ready_order(p, np.zeros(p.n)).tolist() == list(range(p.n))  # a chain
     True
     """
+    keys = np.asarray(priority, dtype=np.float64)
+    if keys.shape != (p.n,):
+        raise ValueError(f"ready order: expected {p.n} priorities, got {keys.size}")
+    if np.isnan(keys).any():
+        name = p.names[int(np.flatnonzero(np.isnan(keys))[0])]
+        raise PlacementError(f"ready order: op {name!r} has priority NaN, expected a number")
     t = p.tables
-    return _ready_order(t.pending, t.succ_ptr, t.succ_dst, t.floating,
-                        np.asarray(priority, dtype=np.float64))
+    return _ready_order(t.pending, t.succ_ptr, t.succ_dst, t.floating, keys)
 
 
 def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
            ) -> tuple[np.ndarray, list[list[int]], np.ndarray] | None:
     """The insertion list schedule of ops taken in ``order``: each op's device and finish,
     and each device's ops in time order; ``ahead[op, d]`` (where given) is added to the
-    finish time when choosing ``op``'s device. None where ``p``'s transfer table is too
-    large to build (:data:`MAX_TABLE`).
+    finish time when choosing ``op``'s device. None where :func:`comm_table` gives none or
+    an op's time is not a number.
 
     >>> from hwmodels import RooflineCost, get_cluster
     >>> from workloads import build_model
@@ -135,14 +142,18 @@ def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
     >>> set(where.tolist()), orders[0] == list(range(p.n))  # a chain stays on one device
     ({0}, True)
     """
-    t = p.tables
-    if t.comm is None:
+    t, comm = p.tables, p.comm_table
+    if comm is None or np.isnan(t.times).any():
         return None
+    order = np.asarray(order, dtype=np.int64)
+    if len(order) and (order.min() < 0 or order.max() >= p.n
+                       or np.bincount(order, minlength=p.n).max() > 1):
+        raise ValueError(f"decode: expected an order of distinct ops 0 to {p.n - 1}")
     use = ahead is not None
     extra = np.ascontiguousarray(ahead, dtype=np.float64) if use else np.zeros((1, 1))
     where, finish, lines, counts = _decode(
-        np.asarray(order, dtype=np.int64), t.times, t.pred_ptr, t.pred_src, t.pred_class,
-        t.comm, t.group, t.floating, t.member_ptr, t.member_op, t.busy, extra, use)
+        order, t.times, t.pred_ptr, t.pred_src, t.pred_class, comm, t.group, t.floating,
+        t.member_ptr, t.member_op, t.busy, extra, use)
     orders = [[op for op in row[:n].tolist() if op >= 0] for row, n in
               zip(lines, counts.tolist(), strict=True)]
     return where, orders, finish

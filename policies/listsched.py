@@ -141,8 +141,8 @@ class _InsertionScheduler(PlacementPolicy):
 
     #: Whether :meth:`decode` runs compiled (:mod:`policies.compiled`) where it can: where
     #: :meth:`choose` is :meth:`least_finish` plus at most :meth:`ahead`'s term per op and
-    #: device, which a class says by defining ``ahead`` with (or below) its ``choose``; a
-    #: subclass that overrides ``choose`` alone runs interpreted.
+    #: device, which a class says by defining ``ahead`` beside its ``choose``; a subclass
+    #: that overrides ``choose``, ``ahead`` or ``least_finish`` alone runs interpreted.
     compiled: ClassVar[bool] = True
 
     def ahead(self, p: Problem, state: Any) -> np.ndarray | None:
@@ -230,12 +230,12 @@ class _InsertionScheduler(PlacementPolicy):
 
 
 def _ahead_covers_choose(cls: type) -> bool:
-    """Whether ``cls``'s ``ahead`` is defined in the class that defines its ``choose`` or
-    in a subclass of it."""
+    """Whether ``cls`` defines ``ahead`` in the class that defines its ``choose``, and
+    keeps the base's ``least_finish``: then its choice is the one compiled."""
     def owner(name: str) -> type:
         return next(k for k in cls.__mro__ if name in vars(k))
 
-    return issubclass(owner("ahead"), owner("choose"))
+    return owner("ahead") is owner("choose") and owner("least_finish") is _InsertionScheduler
 
 
 def ready_order(p: Problem, priority: list[float]) -> list[int]:

@@ -180,6 +180,14 @@ class Problem:
 
         return Tables.of(self)
 
+    @cached_property
+    def comm_table(self) -> np.ndarray | None:
+        """Transfer times by class of tensor, source and destination, for the compiled
+        list scheduler (:func:`policies.compiled.comm_table`)."""
+        from policies.compiled import comm_table
+
+        return comm_table(self)
+
     def comm(self, tensor: int, src: int, dst: int) -> float:
         """Seconds to move tensor ``tensor`` from device ``src`` to device ``dst``."""
         if src == dst:

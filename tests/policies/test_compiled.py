@@ -22,7 +22,7 @@ from policies.problem import Problem
 from policies.testing import random_dag
 from tests.helpers import topcuoglu_instance
 from workloads import Graph, Op, build_model, training_graph
-from workloads.errors import UnsupportedOp
+from workloads.errors import PlacementError, UnsupportedOp
 
 STEPS = {name: training_graph(build_model(name, batch=2), "adam")
          for name in ("mlp", "lenet5")}
@@ -125,6 +125,49 @@ def test_a_scheduler_with_its_own_choice_runs_it() -> None:
     placed = _Last().decode(p, p.upward_rank())
     assert set(placed.devices.values()) == {c.device_names[-1]}
     assert HEFT().decode(p, p.upward_rank()).devices != placed.devices  # not HEFT's
+
+
+class _AheadOnly(HEFT):
+    """An ``ahead`` term but HEFT's own choice, which never reads it."""
+
+    def ahead(self, p: Problem, state: object) -> np.ndarray:
+        return np.where(np.arange(len(p.devices)) == 0, 1e3, 0.0) * np.ones((p.n, 1))
+
+
+def test_an_ahead_term_without_its_choice_is_not_compiled_in() -> None:
+    c = get_cluster("workstation")
+    p = Problem(STEPS["mlp"], c, RooflineCost(c))
+    assert _AheadOnly().decode(p, p.upward_rank()) == HEFT().decode(p, p.upward_rank())
+
+
+def test_a_time_that_is_not_a_number_schedules_as_the_interpreted_loop() -> None:
+    c = get_cluster("workstation")
+    p = Problem(random_dag(3, seed=0, edge_probability=0.0), c, RooflineCost(c))
+    p.times[:] = [[5.0, 9.0], [np.nan, np.nan], [1.0, 1.0]]
+    priority, order = [3.0, 2.0, 1.0], [0, 1, 2]
+    assert compiled.decode(p, np.asarray(order)) is None
+    assert HEFT().decode(p, priority, order) == \
+        HEFT().decode_interpreted(p, priority, order, None)
+
+
+def test_bad_priorities_and_orders_are_refused() -> None:
+    c = get_cluster("workstation")
+    p = Problem(random_dag(3, seed=0), c, RooflineCost(c))
+    with pytest.raises(PlacementError, match=r"^ready order: op 'o1' has priority NaN, "
+                                             r"expected a number$"):
+        ready_order(p, [1.0, float("nan"), 0.0])
+    with pytest.raises(ValueError, match=r"^ready order: expected 3 priorities, got 2$"):
+        ready_order(p, [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"^decode: expected an order of distinct ops 0 "
+                                         r"to 2$"):
+        compiled.decode(p, np.asarray([0, 0, 1]))
+
+
+def test_the_order_alone_prices_no_transfer() -> None:
+    c = get_cluster("hetero-box")
+    p = Problem(STEPS["lenet5"], c, RooflineCost(c))
+    ready_order(p, p.upward_rank())
+    assert "comm_table" not in vars(p)  # built on the first schedule only
 
 
 def test_cpop_keeps_its_critical_path_on_one_device() -> None:
