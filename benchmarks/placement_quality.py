@@ -136,14 +136,14 @@ def _decode_seconds(p: Problem, chooser: HEFT, repeats: int) -> tuple[float, flo
     rng = np.random.default_rng(0)
     fast, slow = [], []
     for _ in range(repeats):
-        priority = (np.asarray(p.upward_rank()) * np.exp(0.1 * rng.standard_normal(p.n)))
-        order = ready_order(p, priority.tolist())
+        priority = (np.asarray(p.upward_rank())
+                    * np.exp(0.1 * rng.standard_normal(p.n))).tolist()
+        order = ready_order(p, priority)
         start = time.perf_counter()
-        a = chooser.decode(p, priority.tolist(), order)
+        a = chooser.decode(p, priority, order)
         fast.append(time.perf_counter() - start)
         start = time.perf_counter()
-        b = chooser.decode_interpreted(p, priority.tolist(), order,
-                                       chooser.prepare(p, priority.tolist()))
+        b = chooser.decode_interpreted(p, priority, order, chooser.prepare(p, priority))
         slow.append(time.perf_counter() - start)
         if (a.devices, a.order, a.estimated_makespan_s) != \
                 (b.devices, b.order, b.estimated_makespan_s):

@@ -70,13 +70,12 @@ class Tables:
         sample = np.zeros(len(classes), dtype=np.int64)
         sample[pred_class] = tensors
         members = [m for g in p.members for m in g]
-        pending = [sum(not p.floating[s] for s, _ in preds) for preds in p.preds]
         return cls(
             times=np.ascontiguousarray(p.times, dtype=np.float64),
             pred_ptr=pred_ptr, pred_src=np.ascontiguousarray(pred_pairs[:, 0]),
             pred_class=pred_class, sample=sample,
             succ_ptr=succ_ptr, succ_dst=np.ascontiguousarray(succ_pairs[:, 0]),
-            pending=np.asarray(pending, dtype=np.int64),
+            pending=np.asarray(p.waiting(), dtype=np.int64),
             floating=np.asarray(p.floating, dtype=np.bool_),
             group=np.asarray(p.group, dtype=np.int64),
             member_ptr=np.cumsum([0] + [len(g) for g in p.members], dtype=np.int64),
@@ -94,10 +93,11 @@ def _csr(lists: list[list[tuple[int, int]]]) -> tuple[np.ndarray, np.ndarray]:
 def comm_table(p: Problem) -> np.ndarray | None:
     """Seconds to move each class of tensor (:attr:`Tables.pred_class`) from each device
     to each, from ``p``'s own cache; None where the table would exceed :data:`MAX_TABLE`
-    entries or a time is not a number (the interpreted scheduler then runs, as before).
+    entries or a time (of an op or a transfer) is not a number: the interpreted scheduler
+    then runs, as before.
     Built once per Problem (:attr:`Problem.comm_table`)."""
     t, k = p.tables, len(p.devices)
-    if len(t.sample) * k * k > MAX_TABLE:
+    if len(t.sample) * k * k > MAX_TABLE or np.isnan(t.times).any():
         return None
     table = np.zeros((len(t.sample), k, k))
     for c, tensor in enumerate(t.sample.tolist()):
@@ -131,8 +131,7 @@ def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
            ) -> tuple[np.ndarray, list[list[int]], np.ndarray] | None:
     """The insertion list schedule of ops taken in ``order``: each op's device and finish,
     and each device's ops in time order; ``ahead[op, d]`` (where given) is added to the
-    finish time when choosing ``op``'s device. None where :func:`comm_table` gives none or
-    an op's time is not a number.
+    finish time when choosing ``op``'s device. None where :func:`comm_table` gives none.
 
     >>> from hwmodels import RooflineCost, get_cluster
     >>> from workloads import build_model
@@ -143,7 +142,7 @@ def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
     ({0}, True)
     """
     t, comm = p.tables, p.comm_table
-    if comm is None or np.isnan(t.times).any():
+    if comm is None:
         return None
     order = np.asarray(order, dtype=np.int64)
     if len(order) and (order.min() < 0 or order.max() >= p.n

@@ -172,17 +172,17 @@ class PredictedFinish(HEFT):
     """
 
     def prepare(self, p: Problem, priority: list[float]) -> np.ndarray:
-        return p.optimistic_costs
+        # above each op's least, so that where every device's is the same (identical
+        # devices) the finish times compare exactly as HEFT's, unrounded by a large term
+        costs = p.optimistic_costs
+        return np.asarray(costs - costs.min(axis=1, keepdims=True))
 
     def choose(self, p: Problem, op: int, ready: list[float], lines: list[Timeline],
                state: Any = None) -> tuple[float, int]:
-        row = state[op]
-        # above the least, so that where every device's is the same (identical devices)
-        # the finish times compare exactly as HEFT's, unrounded by a large common term
-        return self.least_finish(p, op, ready, lines, (row - row.min()).tolist())
+        return self.least_finish(p, op, ready, lines, state[op].tolist())
 
     def ahead(self, p: Problem, state: Any) -> np.ndarray:
-        return np.asarray(state - state.min(axis=1, keepdims=True))
+        return np.asarray(state)
 
 
 def _digest(order: list[int]) -> bytes:

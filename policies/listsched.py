@@ -106,11 +106,6 @@ def _data_ready_row(p: Problem, op: int, where: list[int], finish: list[float]
     return np.zeros(len(p.devices)) if ready is None else ready
 
 
-def _pending(p: Problem) -> list[int]:
-    """Inputs each op waits for (floating ops are done from the start)."""
-    return [sum(not p.floating[s] for s, _ in preds) for preds in p.preds]
-
-
 def _placement(p: Problem, where: list[int], orders: list[list[int]],
                finish: list[float], priority: list[float]) -> Placement:
     floats = [i for i in range(p.n) if p.floating[i]]
@@ -471,7 +466,7 @@ class ETF(PlacementPolicy):
         free = np.asarray(p.busy, dtype=float)
         capacity = np.asarray(p.capacity, dtype=float)
         orders: list[list[int]] = [[] for _ in range(n_dev)]
-        pending = _pending(p)
+        pending = p.waiting()
         for i in range(p.n):
             if not pending[i] and not p.floating[i]:
                 self._admit(s, i)

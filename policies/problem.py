@@ -172,6 +172,10 @@ class Problem:
         total = runnable.sum(axis=0)
         return np.where(total > 0, total.max() / np.maximum(total, 1e-300), 1.0)
 
+    def waiting(self) -> list[int]:
+        """Inputs each op waits for (floating ops are done from the start)."""
+        return [sum(not self.floating[s] for s, _ in preds) for preds in self.preds]
+
     @cached_property
     def tables(self) -> Tables:
         """The graph and its costs as flat arrays, for the compiled list scheduler
