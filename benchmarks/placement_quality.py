@@ -1,4 +1,4 @@
-"""Placement quality and speed of every policy, in four parts.
+"""Placement quality and speed of every policy, in five parts.
 
 1. Zoo training steps x catalog clusters x every policy: simulated step time, its ratio to
    the lower bound, feasibility, and the policy's wall time.
@@ -11,8 +11,13 @@
    training steps (median of repeated decodes under perturbed priorities, the schedules
    checked equal), and ``mcmc`` at 500 evaluations on each step both ways (the plans
    checked equal).
+5. Checking a plan: a search candidate with the priorities ``mcmc`` gives it, checked
+   through the one order they give (every edge and every device's order must follow it,
+   checked in arrays), against the same plan checked in full (strongly connected
+   components) and with priorities no order follows (reversed), on part 4's graphs, in the
+   same run (median of repeated constructions).
 
-    python -m benchmarks.placement_quality [--part 1,2,3,4] [--quick] [--out FILE.md]
+    python -m benchmarks.placement_quality [--part 1,2,3,4,5] [--quick] [--out FILE.md]
 """
 
 from __future__ import annotations
@@ -170,15 +175,20 @@ def _search_seconds(graph: Graph, cluster: Cluster, cost: RooflineCost,
     return seconds[0], seconds[1]
 
 
-def part_compiled(quick: bool) -> pd.DataFrame:
-    """Part 4: compiled against interpreted, in the same run."""
+def _compiled_cases(quick: bool) -> list[tuple[str, Graph, str]]:
+    """Part 3's graph and two training steps, each with its cluster."""
     cases = [("layered", layered_dag(2_000 if quick else 10_000, width=500, seed=0),
               "dgx-h100-x2-ib")]
     for model, batch, on in (("inception_v3", 16, "quad-v100-nvlink"),
                              ("bert_base", 8, "workstation"))[:1 if quick else 2]:
         cases.append((model, training_graph(build_model(model, batch=batch), "adam"), on))
+    return cases
+
+
+def part_compiled(quick: bool) -> pd.DataFrame:
+    """Part 4: compiled against interpreted, in the same run."""
     rows = []
-    for name, graph, cluster_name in cases:
+    for name, graph, cluster_name in _compiled_cases(quick):
         cluster = get_cluster(cluster_name)
         cost = RooflineCost(cluster)
         p = Problem(graph, cluster, cost)
@@ -196,6 +206,44 @@ def part_compiled(quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def part_checks(quick: bool) -> pd.DataFrame:
+    """Part 5: a search candidate checked through the order its priorities give, against
+    the same plan checked in full (that order's check switched off), and against
+    priorities no order follows (reversed: the order's check fails, then the full one)."""
+    from unittest import mock
+
+    from policies.search import _merged, _priorities
+
+    rows = []
+    for name, graph, cluster_name in _compiled_cases(quick):
+        cluster = get_cluster(cluster_name)
+        start = plan(graph, cluster, "metis", RooflineCost(cluster))
+        ranked = _merged(graph, start)  # as mcmc's chain orders a candidate
+        orders = {d: [n for n in ranked if start.placement[n] == d] for d in start.order}
+        priority = _priorities(ranked)
+        by_order = _check_seconds(graph, start.placement, orders, priority)
+        with mock.patch.object(Plan, "_priorities_follow", lambda self, chains: False):
+            full = _check_seconds(graph, start.placement, orders, priority)
+        reversed_ = _check_seconds(graph, start.placement, orders,
+                                   {n: -v for n, v in priority.items()})
+        rows.append({"graph": name, "ops": len(graph), "cluster": cluster_name,
+                     "by_order_ms": by_order * 1e3, "full_check_ms": full * 1e3,
+                     "speedup": full / by_order, "no_order_ms": reversed_ * 1e3})
+    return pd.DataFrame(rows)
+
+
+def _check_seconds(graph: Graph, placement: dict[str, str], orders: dict[str, list[str]],
+                   priority: dict[str, float]) -> float:
+    """Median seconds of 20 constructions (each checked) of one plan."""
+    Plan(graph, placement, orders, priority=priority)  # untimed: the graph's caches
+    times = []
+    for _ in range(20):
+        start = time.perf_counter()
+        Plan(graph, placement, orders, priority=priority)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def header() -> list[str]:
     flags = " ".join(a for a in sys.argv[1:])
     return [describe(), f"date: {datetime.date.today().isoformat()}",
@@ -204,7 +252,7 @@ def header() -> list[str]:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", default="1,2,3,4")
+    parser.add_argument("--part", default="1,2,3,4,5")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
@@ -247,6 +295,12 @@ def main(argv: list[str] | None = None) -> str:
                 df.to_markdown(index=False, floatfmt=".3g"), "",
                 "schedules and plans equal both ways: True", ""]
         print("\n".join(out[-(len(df) + 6):]), flush=True)
+    if 5 in parts:
+        df = part_checks(args.quick)
+        out += ["### 5. Checking a search candidate through its priorities' order or in full",
+                "",
+                df.to_markdown(index=False, floatfmt=".3g"), ""]
+        print("\n".join(out[-(len(df) + 5):]), flush=True)
     return record(out, args.out)
 
 

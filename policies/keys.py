@@ -192,9 +192,9 @@ def _digest(order: list[int]) -> bytes:
 
 def _priority(problem: Problem, order: list[int]) -> dict[str, float]:
     """Priorities that give ``order`` back (floating ops, done from the start, first)."""
-    out = {name: float(problem.n + 1) for name in problem.names}
-    for k, op in enumerate(order):
-        out[problem.names[op]] = float(problem.n - k)
+    out = dict.fromkeys(problem.names, float(problem.n + 1))
+    ranks = np.arange(problem.n, problem.n - len(order), -1, dtype=float).tolist()
+    out.update(zip(map(problem.names.__getitem__, order), ranks, strict=True))
     return out
 
 

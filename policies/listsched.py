@@ -110,11 +110,12 @@ def _placement(p: Problem, where: list[int], orders: list[list[int]],
                finish: list[float], priority: list[float]) -> Placement:
     floats = [i for i in range(p.n) if p.floating[i]]
     orders = [[i for i in floats if where[i] == d] + ops for d, ops in enumerate(orders)]
+    names = p.names
     return Placement(
-        {p.names[i]: p.devices[d] for i, d in enumerate(where)},
-        order={p.devices[d]: tuple(p.names[i] for i in ops)
+        dict(zip(names, map(p.devices.__getitem__, where), strict=True)),
+        order={p.devices[d]: tuple(map(names.__getitem__, ops))
                for d, ops in enumerate(orders) if ops},
-        priority={p.names[i]: v for i, v in enumerate(priority)},
+        priority=dict(zip(names, priority, strict=True)),
         estimated_makespan_s=max(finish, default=0.0))
 
 

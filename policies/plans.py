@@ -201,6 +201,15 @@ class Plan:
         return self.device_groups.get(name) or (self.placement[name],)
 
     def _check_groups(self) -> None:
+        index = self.graph.group_index
+        grouped = np.flatnonzero(index >= 0)
+        if not len(grouped):
+            return
+        codes = self.device_codes(self.devices)[grouped]
+        first = np.full(len(self.graph.groups), -1, np.int64)  # a device of each group
+        first[index[grouped]] = codes
+        if (first[index[grouped]] == codes).all():
+            return  # every group on one device; else name the first that is not
         for group, ops in self.graph.groups.items():
             devices: dict[str, str] = {}
             for name in ops:  # the first op of the group on each device
@@ -216,6 +225,8 @@ class Plan:
         if self.device_groups or not self._listed_once():
             position = self._check_listed()  # names what is wrong
         chains = self._order_ids()
+        if not self.device_groups and self._priorities_follow(chains):
+            return  # one order of every op that edges and device orders all follow
         if self.device_groups:
             for edge in self.graph.edges():
                 for device in self.devices_of(edge.dst):
@@ -225,6 +236,26 @@ class Plan:
         else:
             self._check_producers_first(chains)
         self._check_deadlock(chains)
+
+    def _priorities_follow(self, chains: list[np.ndarray]) -> bool:
+        """Whether the order of every op by priority (highest first, ties in graph order)
+        is one that every edge and each device's order (``chains``, as graph positions)
+        go forward in: then no op waits on one after it, and the orders cannot deadlock.
+        ``mcmc``'s candidates carry such priorities; a plan without them is checked in
+        full. (A NaN compares false: an op with one must take part in no edge or order.)"""
+        if not self.priority:
+            return False
+        a = self.graph.arrays
+        keys = np.fromiter(map(self.priority.get, a.names, itertools.repeat(np.nan)),
+                           float, len(a.names))
+        # graph positions are topological: a producer precedes its readers on a tie
+        if not (keys[a.edge_src] >= keys[a.edge_dst]).all():
+            return False
+        for ids in chains:
+            ahead, after = keys[ids[:-1]], keys[ids[1:]]
+            if not ((ahead > after) | ((ahead == after) & (ids[:-1] < ids[1:]))).all():
+                return False
+        return True
 
     def _ordered_before(self, producer: str, reader: str, device: str) -> None:
         raise PlacementError(f"plan: op {reader!r} on device {device!r} is ordered before "

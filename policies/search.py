@@ -60,6 +60,8 @@ import math
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
@@ -215,7 +217,8 @@ class _Search:
 
     def score(self, where: list[int], ranked: list[str]) -> tuple[float, Plan]:
         p = self.problem
-        devices = {p.names[i]: p.devices[d] for i, d in enumerate(p.follow_leads(where))}
+        devices = dict(zip(p.names, map(p.devices.__getitem__, p.follow_leads(where)),
+                           strict=True))
         # priorities that give the global order back, for an evaluator in priority order
         candidate = Plan(self.graph, devices, split_by_device(ranked, devices),
                          policy="mcmc", priority=_priorities(ranked))
@@ -330,7 +333,7 @@ class _Search:
 
 def _priorities(ranked: list[str]) -> dict[str, float]:
     """Priorities under which the ready op first in ``ranked`` goes first."""
-    return {name: float(len(ranked) - i) for i, name in enumerate(ranked)}
+    return dict(zip(ranked, np.arange(len(ranked), 0, -1, dtype=float).tolist(), strict=True))
 
 
 def _starts(text: str) -> list[str]:

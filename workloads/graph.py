@@ -356,6 +356,23 @@ class Graph:
                 out.setdefault(group, []).append(name)
         return {g: tuple(ops) for g, ops in out.items()}
 
+    @cached_property
+    def group_index(self) -> np.ndarray:
+        """Each op's co-placement group as an index into :attr:`groups` (-1: none), in
+        :attr:`arrays` order (read-only).
+
+        >>> from workloads import build_model, training_graph
+        >>> g = training_graph(build_model("mlp"), colocate="weights")
+        >>> list(g.groups)[int(g.group_index[g.arrays.position["fc2.update"]])]
+        'fc2'
+        """
+        index = np.full(len(self._ops), -1, np.int64)
+        position = self.arrays.position
+        for k, ops in enumerate(self.groups.values()):
+            index[[position[name] for name in ops]] = k
+        index.setflags(write=False)
+        return index
+
     @property
     def bytes(self) -> int:
         """Bytes read and written by all ops."""

@@ -18,19 +18,36 @@ def test_op_on_a_missing_device_is_rejected_naming_op_and_device() -> None:
         p.validate(toy_cluster(2))
 
 
-def test_op_ordered_before_its_producer_is_rejected() -> None:
+#: Priorities a plan may carry besides none: all alike, and the graph's own order (which
+#: every edge follows, but not every device's order).
+_ALIKE, _GRAPH_ORDER = "alike", "graph order"
+
+
+def _priorities_of(g: Graph, kind: str | None) -> dict[str, float] | None:
+    names = g.topological_order()
+    if kind is None:
+        return None
+    return dict.fromkeys(names, 1.0) if kind == _ALIKE else {
+        n: float(len(names) - k) for k, n in enumerate(names)}
+
+
+@pytest.mark.parametrize("priority", [None, _ALIKE, _GRAPH_ORDER])
+def test_op_ordered_before_its_producer_is_rejected(priority: str | None) -> None:
     g = chain(2)
     with pytest.raises(PlacementError, match=r"op 'op1' on device 'd0' is ordered before its "
                                              r"producer 'op0'"):
-        Plan(g, {"op0": "d0", "op1": "d0"}, {"d0": ["op1", "op0"]})
+        Plan(g, {"op0": "d0", "op1": "d0"}, {"d0": ["op1", "op0"]},
+             priority=_priorities_of(g, priority))
 
 
-def test_cross_device_deadlock_is_rejected() -> None:
+@pytest.mark.parametrize("priority", [None, _ALIKE, _GRAPH_ORDER])
+def test_cross_device_deadlock_is_rejected(priority: str | None) -> None:
     # a0 -> b1 and b0 -> a1; d0 runs a1 before a0's partner... orders that wait on each other
     g = Graph("x", [op("a0"), op("b0"), op("a1", ("b0",)), op("b1", ("a0",))])
     placement = {"a0": "d0", "a1": "d0", "b0": "d1", "b1": "d1"}
     with pytest.raises(PlacementError, match="the device orders deadlock"):
-        Plan(g, placement, {"d0": ["a1", "a0"], "d1": ["b1", "b0"]})
+        Plan(g, placement, {"d0": ["a1", "a0"], "d1": ["b1", "b0"]},
+             priority=_priorities_of(g, priority))
 
 
 def test_unplaced_and_misordered_ops_are_named() -> None:
@@ -52,6 +69,30 @@ def test_a_plan_splitting_a_co_placement_group_is_refused() -> None:
                                              "must share one device, got fc2.weights on gpu0, "
                                              "fc2.backward on gpu1"):
         Plan(step, placement, order)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_a_plan_is_refused_exactly_when_a_group_spans_two_devices(rnd) -> None:  # type: ignore[no-untyped-def]
+    from workloads import training_graph
+
+    step = training_graph(build_model("mlp"))
+    names = list(step.topological_order())
+    # each group on one device, then a few ops moved at random
+    home = {group: rnd.choice(["gpu0", "gpu1"]) for group in step.groups}
+    of = {n: group for group, ops in step.groups.items() for n in ops}
+    placement = {n: home[of[n]] if n in of else rnd.choice(["gpu0", "gpu1"]) for n in names}
+    for n in rnd.sample(names, rnd.randint(0, 3)):
+        placement[n] = rnd.choice(["gpu0", "gpu1"])
+    order = {d: [n for n in names if placement[n] == d] for d in ("gpu0", "gpu1")}
+    split = [group for group, ops in step.groups.items()
+             if len({placement[n] for n in ops}) > 1]
+    if not split:
+        Plan(step, placement, order)
+    else:
+        with pytest.raises(PlacementError, match=f"co-placement group {split[0]!r} must "
+                                                 "share one device"):
+            Plan(step, placement, order)
 
 
 def test_plan_refuses_a_policy_that_ignores_groups() -> None:
@@ -172,11 +213,24 @@ def test_orders_are_accepted_exactly_when_they_cannot_deadlock(case, rnd) -> Non
     union = g.to_networkx()
     for ops in order.values():
         union.add_edges_from(itertools.pairwise(ops))
-    if nx.is_directed_acyclic_graph(union):
-        Plan(g, placement, order)
-    else:
-        with pytest.raises(PlacementError, match=r"ordered before its producer|deadlock"):
-            Plan(g, placement, order)
+    acyclic = nx.is_directed_acyclic_graph(union)
+    names = list(g.topological_order())
+    # priorities a plan may carry: none, all alike, any (ties too), one NaN, the graph's order
+    # (every edge follows it, the devices' orders may not), and where the orders cannot
+    # deadlock one order they all follow (which spares the full check)
+    priorities: list[dict[str, float] | None] = [
+        None, dict.fromkeys(names, 1.0), {n: float(rnd.randint(0, 3)) for n in names},
+        {n: rnd.random() for n in names} | {names[0]: float("nan")},
+        {n: float(len(names) - k) for k, n in enumerate(names)}]
+    if acyclic:
+        ranked = list(nx.topological_sort(union))
+        priorities.append({n: float(len(ranked) - k) for k, n in enumerate(ranked)})
+    for priority in priorities:
+        if acyclic:
+            Plan(g, placement, order, priority=priority)
+        else:
+            with pytest.raises(PlacementError, match=r"ordered before its producer|deadlock"):
+                Plan(g, placement, order, priority=priority)
 
 
 def test_orders_that_list_an_op_wrongly_are_named() -> None:
