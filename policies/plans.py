@@ -205,11 +205,15 @@ class Plan:
         grouped = np.flatnonzero(index >= 0)
         if not len(grouped):
             return
-        codes = self.device_codes(self.devices)[grouped]
-        first = np.full(len(self.graph.groups), -1, np.int64)  # a device of each group
-        first[index[grouped]] = codes
-        if (first[index[grouped]] == codes).all():
-            return  # every group on one device; else name the first that is not
+        try:
+            codes = self.device_codes(self.devices)[grouped]
+        except KeyError:  # an op on a device with no order: the loop, then _check_order
+            codes = None
+        if codes is not None:
+            first = np.full(len(self.graph.groups), -1, np.int64)  # a device of each group
+            first[index[grouped]] = codes
+            if (first[index[grouped]] == codes).all():
+                return  # every group on one device; else name the first that is not
         for group, ops in self.graph.groups.items():
             devices: dict[str, str] = {}
             for name in ops:  # the first op of the group on each device
@@ -246,8 +250,11 @@ class Plan:
         if not self.priority:
             return False
         a = self.graph.arrays
-        keys = np.fromiter(map(self.priority.get, a.names, itertools.repeat(np.nan)),
-                           float, len(a.names))
+        try:
+            keys = np.fromiter(map(self.priority.get, a.names, itertools.repeat(np.nan)),
+                               float, len(a.names))
+        except (OverflowError, TypeError, ValueError):  # priorities no float holds
+            return False
         # graph positions are topological: a producer precedes its readers on a tie
         if not (keys[a.edge_src] >= keys[a.edge_dst]).all():
             return False

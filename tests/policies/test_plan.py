@@ -95,6 +95,26 @@ def test_a_plan_is_refused_exactly_when_a_group_spans_two_devices(rnd) -> None: 
             Plan(step, placement, order)
 
 
+def test_an_op_on_a_device_without_an_order_is_named_in_a_graph_with_groups() -> None:
+    from workloads import training_graph
+
+    step = training_graph(build_model("mlp"))
+    names = list(step.topological_order())
+    placement = dict.fromkeys(names, "gpu0") | {"loss": "gpu1"}
+    with pytest.raises(PlacementError, match="op 'loss' on device 'gpu1' is missing from "
+                                             "that device's order"):
+        Plan(step, placement, {"gpu0": [n for n in names if n != "loss"]})
+    placement["fc1.update"] = "gpu1"  # a group split too: named first
+    with pytest.raises(PlacementError, match="co-placement group 'fc1' must share one"):
+        Plan(step, placement, {"gpu0": [n for n in names if placement[n] == "gpu0"]})
+
+
+def test_priorities_no_float_holds_leave_the_full_check() -> None:
+    g = Graph("x", [op("a"), op("b")])
+    p = Plan(g, {"a": "d0", "b": "d0"}, {"d0": ["b", "a"]}, priority={"a": 10**400, "b": 0})
+    assert p.order == {"d0": ("b", "a")}
+
+
 def test_plan_refuses_a_policy_that_ignores_groups() -> None:
     from policies import Placement, PlacementPolicy
     from workloads import training_graph
