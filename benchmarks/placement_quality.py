@@ -175,7 +175,7 @@ def _search_seconds(graph: Graph, cluster: Cluster, cost: RooflineCost,
     return seconds[0], seconds[1]
 
 
-def _compiled_cases(quick: bool) -> list[tuple[str, Graph, str]]:
+def _timed_cases(quick: bool) -> list[tuple[str, Graph, str]]:
     """Part 3's graph and two training steps, each with its cluster."""
     cases = [("layered", layered_dag(2_000 if quick else 10_000, width=500, seed=0),
               "dgx-h100-x2-ib")]
@@ -188,7 +188,7 @@ def _compiled_cases(quick: bool) -> list[tuple[str, Graph, str]]:
 def part_compiled(quick: bool) -> pd.DataFrame:
     """Part 4: compiled against interpreted, in the same run."""
     rows = []
-    for name, graph, cluster_name in _compiled_cases(quick):
+    for name, graph, cluster_name in _timed_cases(quick):
         cluster = get_cluster(cluster_name)
         cost = RooflineCost(cluster)
         p = Problem(graph, cluster, cost)
@@ -215,7 +215,7 @@ def part_checks(quick: bool) -> pd.DataFrame:
     from policies.search import _merged, _priorities
 
     rows = []
-    for name, graph, cluster_name in _compiled_cases(quick):
+    for name, graph, cluster_name in _timed_cases(quick):
         cluster = get_cluster(cluster_name)
         start = plan(graph, cluster, "metis", RooflineCost(cluster))
         ranked = _merged(graph, start)  # as mcmc's chain orders a candidate

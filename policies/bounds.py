@@ -208,10 +208,12 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
 def _group_representatives(graph: Graph) -> np.ndarray:
     """Each op's representative (``graph.arrays`` order): the first op of its
     co-placement group, or itself."""
-    position = graph.arrays.position
     rep = np.arange(len(graph.arrays.names))
-    for ops in graph.groups.values():
-        rep[[position[name] for name in ops]] = position[ops[0]]
+    group = graph.group_index
+    grouped = group >= 0
+    first = np.full(len(graph.groups), len(rep))  # arrays order is topological
+    np.minimum.at(first, group[grouped], rep[grouped])
+    rep[grouped] = first[group[grouped]]
     return rep
 
 

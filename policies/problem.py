@@ -112,16 +112,13 @@ class Problem:
 
     def _init_groups(self, graph: Graph) -> None:
         #: group index of each op (-1: none); the ops of each group; each group's lead.
-        self.group = [-1] * self.n
+        self.group: list[int] = graph.group_index.tolist()
         self.members: list[list[int]] = []
         self.lead: list[int] = []
         self.floating = [False] * self.n
         position = self.graph.arrays.position
         for ops in graph.groups.values():
             idx = sorted(position[name] for name in ops)
-            g = len(self.members)
-            for i in idx:
-                self.group[i] = g
             bare = [i for i in idx if not self.preds[i]
                     and graph.op(self.names[i]).op_class == "source"]
             lead = next((i for i in idx if i not in bare), idx[0])

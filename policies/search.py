@@ -60,8 +60,6 @@ import math
 import time
 from collections.abc import Callable
 
-import numpy as np
-
 from hwmodels.cost import CostModel
 from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
@@ -333,7 +331,7 @@ class _Search:
 
 def _priorities(ranked: list[str]) -> dict[str, float]:
     """Priorities under which the ready op first in ``ranked`` goes first."""
-    return dict(zip(ranked, np.arange(len(ranked), 0, -1, dtype=float).tolist(), strict=True))
+    return dict(zip(ranked, map(float, range(len(ranked), 0, -1)), strict=True))
 
 
 def _starts(text: str) -> list[str]:
