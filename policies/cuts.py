@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import networkx as nx
 import numpy as np
@@ -133,19 +133,30 @@ def _c_output_to_stderr() -> Iterator[None]:
     meanwhile lands on standard output later. The descriptor is the process's: one thread
     at a time redirects it (a lock), and what another thread writes to standard output
     meanwhile (the partitioning takes milliseconds) goes to standard error too."""
-    libc = ctypes.CDLL(None)
+    flush = _c_flush()
     with _REDIRECTING:
         if sys.stdout is not None:
             sys.stdout.flush()
-        libc.fflush(None)
+        flush()
         saved = os.dup(1)
         try:
             os.dup2(2, 1)
             yield
         finally:
-            libc.fflush(None)
+            flush()
             os.dup2(saved, 1)
             os.close(saved)
+
+
+def _c_flush() -> Callable[[], None]:
+    """Flushes C's output buffers (``fflush(NULL)``) where the process's C library can be
+    loaded by name ``None`` (POSIX); elsewhere (Windows) nothing: the redirection still
+    holds, only what C buffered may land after it."""
+    try:
+        libc = ctypes.CDLL(None)
+    except (OSError, TypeError):
+        return lambda: None
+    return lambda: libc.fflush(None)
 
 
 #: Held while standard output is redirected (:func:`_c_output_to_stderr`).

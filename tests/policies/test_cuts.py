@@ -28,6 +28,19 @@ def test_c_output_meanwhile_goes_to_standard_error_and_standard_output_comes_bac
     assert err == "from C\nto the descriptor\n"
 
 
+def test_without_a_c_library_by_name_the_descriptor_is_still_redirected(
+        capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(name: object) -> None:  # as Windows' ctypes does with name None
+        raise TypeError("LoadLibrary() argument 1 must be str, not None")
+
+    monkeypatch.setattr(ctypes, "CDLL", refuse)
+    with _c_output_to_stderr():
+        os.write(1, b"to the descriptor\n")
+    os.write(1, b"after\n")
+    out, err = capfd.readouterr()
+    assert (out, err) == ("after\n", "to the descriptor\n")
+
+
 def test_metis_leaving_a_part_empty_prints_nothing_on_standard_output(
         capfd: pytest.CaptureFixture[str]) -> None:
     # 113 ops on 32 GPUs: METIS says it cannot bisect an empty graph, and still partitions

@@ -171,7 +171,9 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     assert [r["policy"] for r in report["rows"]] == ["single_device", "round_robin"]
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
     for r in report["rows"]:  # runs to 50 ms in all; the prediction at the machine's speed
-        assert r["repeats"] > 1 and r["measured_max_s"] < 0.025  # an MLP step is short
+        # more than one repeat within the 50 ms (no bound on a step's wall time: load varies)
+        assert r["repeats"] > 1
+        assert r["measured_min_s"] <= r["measured_s"] <= r["measured_max_s"]
         assert r["error_at_speed"] == pytest.approx(
             r["predicted_s"] * r["slower"] / r["measured_s"] - 1)
     rows = report["rows"]  # the report's figures are the medians of its rows'
