@@ -28,6 +28,11 @@ proposed, accepted, and found faster than its current plan, and how much the pri
 search and the chain each gained (``keyed_gain``: the priority search's best over the
 best start; ``chain_gain``: the plan returned over the better of the two).
 
+Part 8 (fast links): part 1's cells more than 10% above the lower bound, the same step on
+the same devices with every link 100 times faster (bandwidth, and a hundredth of the
+latency): the best heuristic, the relaxation bound and ``mcmc`` at the largest budget
+against that cluster's lower bound, so how much of each cell's room is its transfers'.
+
 Part 5 (published): for each model and global batch of NeuSight's Megatron-LM iterations
 on four GPUs (``benchmarks/data``; dp4, tp4 and pp4 measured), ``autoparallel`` over the four
 GPUs (FP32, Adam, as measured) against the strategy that ran fastest for real.
@@ -37,13 +42,14 @@ DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy a
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
-    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7] [--quick]
+    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8] [--quick]
                                         [--out F]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import time
 from collections.abc import Iterator
@@ -56,6 +62,7 @@ import pandas as pd
 from benchmarks.machine import describe, record
 from benchmarks.placement_quality import optimum, small_cluster
 from hwmodels import RooflineCost, get_cluster, list_clusters
+from hwmodels.spec import Cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound, relaxation_bound
 from policies.plans import Plan
@@ -213,6 +220,49 @@ def part_moves(evals: int, quick: bool) -> pd.DataFrame:
                 rows.append(base | {"kind": kind, **counts})
             print(_line(base | {"gain_vs_heuristic": row["gain_vs_heuristic"]}), flush=True)
     return pd.DataFrame(rows)
+
+
+#: Part 8's links: this many times the bandwidth, a this-many-th of the latency.
+FAST_LINKS = 100.0
+
+
+def part_fast_links(evals: int, quick: bool) -> pd.DataFrame:
+    """On the cells far from the bound, the same step on the same devices with every link
+    :data:`FAST_LINKS` times faster: the best heuristic, :func:`policies.bounds.
+    relaxation_bound` and ``mcmc`` (at ``evals``) against that cluster's lower bound, so
+    how much of a cell's room above the bound is what its transfers cost."""
+    rows = []
+    for cell in cells(quick):
+        if cell.far:
+            fast = fast_links(cell.cluster, FAST_LINKS)
+            cost = RooflineCost(fast)
+            faster = Cell(cell.model, cell.cluster_name, cell.step, fast, cost,
+                          lower_bound(cell.step, fast, cost), heuristics(cell.step, fast, cost))
+            relaxed = relaxation_bound(cell.step, fast, cost)
+            row, _ = searched(faster, MCMC(evals=evals))
+            rows.append({"model": cell.model, "cluster": cell.cluster_name,
+                         "heuristic_vs_bound": cell.best[0] / cell.bound,
+                         "fast_best_heuristic": row["best_heuristic"],
+                         "fast_heuristic_vs_bound": row["heuristic_vs_bound"],
+                         "fast_relaxation_vs_bound": relaxed / faster.bound,
+                         "evals": evals, "fast_mcmc_vs_bound": row["mcmc_vs_bound"],
+                         "fast_gain_vs_heuristic": row["gain_vs_heuristic"]})
+            print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+def fast_links(cluster: Cluster, factor: float) -> Cluster:
+    """``cluster`` with every link ``factor`` times the bandwidth and a ``factor``-th of
+    the latency (devices, routes and hosts as they were), named for it.
+
+    >>> c = fast_links(get_cluster("workstation"), 100.0)
+    >>> c.bandwidth("cpu0", "gpu0") == 100 * get_cluster("workstation").bandwidth("cpu0", "gpu0")
+    True
+    """
+    links = tuple(dataclasses.replace(link, bandwidth=link.bandwidth * factor,
+                                      latency_s=link.latency_s / factor)
+                  for link in cluster.links)
+    return dataclasses.replace(cluster, name=f"{cluster.name}-links-x{factor:g}", links=links)
 
 
 def moves_summary(df: pd.DataFrame) -> list[str]:
@@ -409,6 +459,13 @@ def main(argv: list[str] | None = None) -> str:
         df = part_moves(evals, args.quick)
         lines += ["", f"### Part 7: the chain's moves by kind, cells more than 10% above the "
                   f"bound, mcmc at {evals} evals", "", *table(df), "", *moves_summary(df)]
+    if 8 in parts:
+        evals = max(int(e) for e in args.evals.split(","))
+        df = part_fast_links(evals, args.quick)
+        lines += ["", f"### Part 8: links {FAST_LINKS:g} times faster, cells more than 10% "
+                  f"above the bound, mcmc at {evals} evals", "", *table(df), "",
+                  f"the best heuristic within 5% of the bound with fast links on "
+                  f"{int((df['fast_heuristic_vs_bound'] <= 1.05).sum())} of {len(df)}"]
     if 5 in parts:
         df = part_published(args.quick)
         lines += ["", "### Part 5: autoparallel against NeuSight's measured 4-GPU strategies",

@@ -403,3 +403,20 @@ def test_the_benchmarks_moves_summary_sums_each_kind_over_the_cells() -> None:
         "(6.0 per thousand), on 1 of 2 cells",
         "- order: 100 proposed, 90 accepted, 0 faster than the chain's current plan "
         "(0.0 per thousand), on 0 of 2 cells"]
+
+
+def test_the_benchmarks_fast_links_take_a_hundredth_of_each_transfers_time() -> None:
+    from benchmarks.search_quality import fast_links
+
+    cluster = get_cluster("workstation")
+    fast = fast_links(cluster, 100.0)
+    assert fast.name == "workstation-links-x100"
+    assert [d.name for d in fast.devices] == [d.name for d in cluster.devices]
+    g = build_model("mlp", batch=8)  # a chain: one transfer at a time, none contended
+    link = cluster.links[0]
+    for c, scale in ((cluster, 1.0), (fast, 100.0)):
+        cost = RooflineCost(c)
+        run = simulate(plan(g, c, "round_robin", cost), c, cost).columns
+        assert run is not None and len(run.transfer_bytes) > 0  # each: latency plus bytes over bandwidth
+        expected = (link.latency_s + run.transfer_bytes / link.bandwidth) / scale
+        assert run.transfer_end - run.transfer_start == pytest.approx(expected, rel=1e-9)
