@@ -42,6 +42,11 @@ DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy a
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
+Parts run together build each cell once (its heuristics' plans) and take a search already
+run on a cell with the same parameters and seed from the part that ran it (a seed and a
+budget give the same plan): parts 1, 6 and 7 search each far cell at the largest budget once
+(part 8's cells have other links).
+
     python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8] [--quick]
                                         [--out F]
 """
@@ -51,9 +56,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,6 +106,9 @@ class Cell:
     cost: Any
     bound: float
     found: dict[str, float]
+    #: searches run on the cell (the policy's parameters -> :func:`search_run`'s answer):
+    #: a seed and a budget give the same plan, so a later part takes an earlier part's
+    searches: dict[str, tuple[dict[str, Any], Plan]] = field(default_factory=dict)
 
     @property
     def best(self) -> tuple[float, str]:
@@ -113,7 +122,17 @@ class Cell:
 
 
 def cells(quick: bool) -> Iterator[Cell]:
-    """The shoot-out's cells that some one-shot policy places."""
+    """The shoot-out's cells that some one-shot policy places (built once a run: every
+    part's heuristics and searches are the same)."""
+    return iter(_cells(quick))
+
+
+@functools.cache
+def _cells(quick: bool) -> tuple[Cell, ...]:
+    return tuple(_built_cells(quick))
+
+
+def _built_cells(quick: bool) -> Iterator[Cell]:
     models = MODELS[:1] if quick else MODELS
     clusters = ["quad-v100-nvlink", "workstation"] if quick else list_clusters()
     for model, batch in models:
@@ -136,18 +155,28 @@ def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
 
 
 def search_run(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], Plan]:
-    """:func:`searched`'s columns, and the plan the search returned."""
+    """:func:`searched`'s columns, and the plan the search returned (the one an earlier
+    call on the cell returned where the policy and its integer seed are the same, its
+    ``seconds`` that call's)."""
+    params = policy.get_params()
+    key = repr(sorted(params.items()))
+    if isinstance(params["seed"], int) and key in cell.searches:
+        row, p = cell.searches[key]
+        return dict(row), p
     start = time.perf_counter()
     p = plan(cell.step, cell.cluster, policy, cell.cost,
              evaluate=search_evaluator(cell.step, cell.cluster, cell.cost, links="fair"))
     heuristic, which = cell.best
-    return {"model": cell.model, "cluster": cell.cluster_name, "evals": policy.evals,
-            "best_heuristic": which, "heuristic_vs_bound": heuristic / cell.bound,
-            "start": p.info["start"], "start_vs_bound": p.info["start_score_s"] / cell.bound,
-            "mcmc_vs_bound": p.info["score_s"] / cell.bound,
-            "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
-            "best_eval": p.info["best_eval"],
-            "seconds": time.perf_counter() - start}, p
+    row = {"model": cell.model, "cluster": cell.cluster_name, "evals": policy.evals,
+           "best_heuristic": which, "heuristic_vs_bound": heuristic / cell.bound,
+           "start": p.info["start"], "start_vs_bound": p.info["start_score_s"] / cell.bound,
+           "mcmc_vs_bound": p.info["score_s"] / cell.bound,
+           "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
+           "best_eval": p.info["best_eval"],
+           "seconds": time.perf_counter() - start}
+    if isinstance(params["seed"], int):
+        cell.searches[key] = (row, p)
+    return dict(row), p  # a copy: the parts drop the columns they do not report
 
 
 def part_heuristics(budgets: list[int], quick: bool) -> pd.DataFrame:

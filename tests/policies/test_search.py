@@ -417,6 +417,37 @@ def test_the_benchmarks_fast_links_take_a_hundredth_of_each_transfers_time() -> 
     for c, scale in ((cluster, 1.0), (fast, 100.0)):
         cost = RooflineCost(c)
         run = simulate(plan(g, c, "round_robin", cost), c, cost).columns
-        assert run is not None and len(run.transfer_bytes) > 0  # each: latency plus bytes over bandwidth
+        assert run is not None and len(run.transfer_bytes) > 0
+        # each transfer: the link's latency plus its bytes over the link's bandwidth
         expected = (link.latency_s + run.transfer_bytes / link.bandwidth) / scale
         assert run.transfer_end - run.transfer_start == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import benchmarks.search_quality as quality
+    from policies.bounds import lower_bound
+
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    g = build_model("mlp", batch=8)
+    cell = quality.Cell("mlp", cluster.name, g, cluster, cost, lower_bound(g, cluster, cost),
+                        {"heft": 1.0})
+    calls: list[object] = []
+    real = quality.plan
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quality, "plan", spy)
+    first, p = quality.search_run(cell, MCMC(evals=20))
+    first.pop("seconds")  # a part dropping a column it does not report
+    again, q = quality.search_run(cell, MCMC(evals=20))
+    assert q is p and "seconds" in again and len(calls) == 1
+    _, r = quality.search_run(cell, MCMC(evals=20, seed=1))
+    assert len(calls) == 2 and r is not p
+    # a seed that is a generator gives no plan to take again
+    quality.search_run(cell, MCMC(evals=20, seed=np.random.default_rng(0)))
+    quality.search_run(cell, MCMC(evals=20, seed=np.random.default_rng(0)))
+    assert len(calls) == 4
