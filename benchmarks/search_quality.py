@@ -107,7 +107,7 @@ class Cell:
     bound: float
     found: dict[str, float]
     #: searches run on the cell (the policy's parameters -> :func:`search_run`'s answer):
-    #: a seed and a budget give the same plan, so a later part takes an earlier part's
+    #: a seed and a budget give the same plan, so a later part takes an earlier part's one
     searches: dict[str, tuple[dict[str, Any], Plan]] = field(default_factory=dict)
 
     @property
