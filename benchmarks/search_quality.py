@@ -42,10 +42,11 @@ DGX H100 nodes (``dgx-h100-x4-ib``): ``placelab autoparallel``'s best strategy a
 time against every strategy of ``experiments/scripts/parallel_scaling.py``'s table for that
 model (each simulated here).
 
-Parts run together build each cell once (its heuristics' plans) and take a search already
-run on a cell with the same parameters and seed from the part that ran it (a seed and a
-budget give the same plan): parts 1, 6 and 7 search each far cell at the largest budget once
-(part 8's cells have other links).
+Parts run together (in one process) build each cell once (its heuristics' plans) and take
+a search already run on a cell with the same parameters and integer seed, and no
+wall-clock cap, from the part that ran it (a seed and a budget give the same plan): parts
+1, 6 and 7 search each far cell at the largest budget once (part 8's cells have other
+links).
 
     python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8] [--quick]
                                         [--out F]
@@ -59,7 +60,7 @@ import datetime
 import functools
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,9 +107,10 @@ class Cell:
     cost: Any
     bound: float
     found: dict[str, float]
-    #: searches run on the cell (the policy's parameters -> :func:`search_run`'s answer):
-    #: a seed and a budget give the same plan, so a later part takes an earlier part's one
-    searches: dict[str, tuple[dict[str, Any], Plan]] = field(default_factory=dict)
+    #: searches run on the cell (the policy's parameters -> :func:`search_run`'s answer),
+    #: None for none kept: on :func:`cells`' own, a seed and a budget give the same plan
+    #: (the module's constants as they are), so a later part takes an earlier part's one
+    searches: dict[str, tuple[dict[str, Any], Plan]] | None = None
 
     @property
     def best(self) -> tuple[float, str]:
@@ -122,7 +124,7 @@ class Cell:
 
 
 def cells(quick: bool) -> Iterator[Cell]:
-    """The shoot-out's cells that some one-shot policy places (built once a run: every
+    """The shoot-out's cells that some one-shot policy places (built once a process: every
     part's heuristics and searches are the same)."""
     return iter(_cells(quick))
 
@@ -143,7 +145,7 @@ def _built_cells(quick: bool) -> Iterator[Cell]:
             found = heuristics(step, cluster, cost)
             if found:  # else nothing to compare
                 yield Cell(model, name, step, cluster, cost,
-                           lower_bound(step, cluster, cost), found)
+                           lower_bound(step, cluster, cost), found, searches={})
 
 
 def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
@@ -155,13 +157,15 @@ def searched(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], float]:
 
 
 def search_run(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], Plan]:
-    """:func:`searched`'s columns, and the plan the search returned (the one an earlier
-    call on the cell returned where the policy and its integer seed are the same, its
-    ``seconds`` that call's)."""
+    """:func:`searched`'s columns, and the plan the search returned: on a cell that keeps
+    its searches, the one an earlier call returned where the policy's parameters are the
+    same, with an integer seed and no wall-clock cap (its ``seconds`` that call's)."""
     params = policy.get_params()
     key = repr(sorted(params.items()))
-    if isinstance(params["seed"], int) and key in cell.searches:
-        row, p = cell.searches[key]
+    kept = cell.searches if isinstance(params["seed"], int) \
+        and params["time_limit_s"] is None else None
+    if kept is not None and key in kept:
+        row, p = kept[key]
         return dict(row), p
     start = time.perf_counter()
     p = plan(cell.step, cell.cluster, policy, cell.cost,
@@ -174,8 +178,8 @@ def search_run(cell: Cell, policy: MCMC) -> tuple[dict[str, Any], Plan]:
            "gain_vs_heuristic": heuristic / p.info["score_s"] - 1,
            "best_eval": p.info["best_eval"],
            "seconds": time.perf_counter() - start}
-    if isinstance(params["seed"], int):
-        cell.searches[key] = (row, p)
+    if kept is not None:
+        kept[key] = (row, p)
     return dict(row), p  # a copy: the parts drop the columns they do not report
 
 

@@ -432,7 +432,7 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     cost = RooflineCost(cluster)
     g = build_model("mlp", batch=8)
     cell = quality.Cell("mlp", cluster.name, g, cluster, cost, lower_bound(g, cluster, cost),
-                        {"heft": 1.0})
+                        {"heft": 1.0}, searches={})
     calls: list[object] = []
     real = quality.plan
 
@@ -451,3 +451,11 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     quality.search_run(cell, MCMC(evals=20, seed=np.random.default_rng(0)))
     quality.search_run(cell, MCMC(evals=20, seed=np.random.default_rng(0)))
     assert len(calls) == 4
+    # nor does a wall-clock cap, nor a cell that keeps no searches (the tuning sets', whose
+    # settings patch the search's constants under the same parameters)
+    quality.search_run(cell, MCMC(evals=20, time_limit_s=60.0))
+    quality.search_run(cell, MCMC(evals=20, time_limit_s=60.0))
+    fresh = quality.Cell("mlp", cluster.name, g, cluster, cost, cell.bound, {"heft": 1.0})
+    quality.search_run(fresh, MCMC(evals=20))
+    quality.search_run(fresh, MCMC(evals=20))
+    assert len(calls) == 8 and fresh.searches is None

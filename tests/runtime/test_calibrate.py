@@ -165,13 +165,13 @@ def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
     assert cluster.host_slowdown == ({"localhost": pytest.approx(data["host_slowdown"])}
                                      if data["host_slowdown"] > 1 else {})
     assert main(["validate", "--device", str(out), "--models", "mlp", "--repeats", "1",
-                 "--min-seconds", "0.05", "--policies", "single_device,round_robin",
+                 "--min-seconds", "0.2", "--policies", "single_device,round_robin",
                  "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in report["rows"]] == ["single_device", "round_robin"]
     assert all(r["measured_s"] > 0 and r["predicted_s"] > 0 for r in report["rows"])
-    for r in report["rows"]:  # runs to 50 ms in all; the prediction at the machine's speed
-        # more than one repeat within the 50 ms (no bound on a step's wall time: load varies)
+    for r in report["rows"]:  # runs to 200 ms in all; the prediction at the machine's speed
+        # more than one repeat within them (an MLP step takes milliseconds, even under load)
         assert r["repeats"] > 1
         assert r["measured_min_s"] <= r["measured_s"] <= r["measured_max_s"]
         assert r["error_at_speed"] == pytest.approx(
