@@ -27,6 +27,7 @@ import datetime
 import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,7 @@ from policies.bounds import lower_bound
 from policies.keys import PredictedFinish
 from policies.listsched import HEFT, ready_order
 from policies.optimal import Optimal
-from policies.plans import Plan
+from policies.plans import Plan, split_by_device
 from policies.problem import Problem, model_makespan
 from policies.testing import random_dag
 from sim import search_evaluator, simulate
@@ -219,7 +220,7 @@ def part_checks(quick: bool) -> pd.DataFrame:
         cluster = get_cluster(cluster_name)
         start = plan(graph, cluster, "metis", RooflineCost(cluster))
         ranked = _merged(graph, start)  # as mcmc's chain orders a candidate
-        orders = {d: [n for n in ranked if start.placement[n] == d] for d in start.order}
+        orders = split_by_device(ranked, start.placement)
         priority = _priorities(ranked)
         by_order = _check_seconds(graph, start.placement, orders, priority)
         with mock.patch.object(Plan, "_priorities_follow", lambda self, chains: False):
@@ -232,8 +233,8 @@ def part_checks(quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _check_seconds(graph: Graph, placement: dict[str, str], orders: dict[str, list[str]],
-                   priority: dict[str, float]) -> float:
+def _check_seconds(graph: Graph, placement: Mapping[str, str],
+                   orders: Mapping[str, Sequence[str]], priority: dict[str, float]) -> float:
     """Median seconds of 20 constructions (each checked) of one plan."""
     Plan(graph, placement, orders, priority=priority)  # untimed: the graph's caches
     times = []

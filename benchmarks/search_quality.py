@@ -123,14 +123,10 @@ class Cell:
         return bool(np.isfinite(self.best[0])) and self.best[0] / self.bound > 1.10
 
 
-def cells(quick: bool) -> Iterator[Cell]:
+@functools.cache
+def cells(quick: bool) -> tuple[Cell, ...]:
     """The shoot-out's cells that some one-shot policy places (built once a process: every
     part's heuristics and searches are the same)."""
-    return iter(_cells(quick))
-
-
-@functools.cache
-def _cells(quick: bool) -> tuple[Cell, ...]:
     return tuple(_built_cells(quick))
 
 

@@ -193,7 +193,7 @@ def _digest(order: list[int]) -> bytes:
 def _priority(problem: Problem, order: list[int]) -> dict[str, float]:
     """Priorities that give ``order`` back (floating ops, done from the start, first)."""
     out = dict.fromkeys(problem.names, float(problem.n + 1))
-    ranks = np.arange(problem.n, problem.n - len(order), -1, dtype=float).tolist()
+    ranks = map(float, range(problem.n, problem.n - len(order), -1))
     out.update(zip(map(problem.names.__getitem__, order), ranks, strict=True))
     return out
 
