@@ -1,4 +1,4 @@
-"""How ``mcmc``'s defaults (``beta``, ``segments``, ``keyed``) were chosen: on sets kept
+"""How ``mcmc``'s defaults (``beta``, ``segments``, ``screen``, ``keyed``) were chosen: on sets kept
 apart from everything ``benchmarks/search_quality.py`` reports, so that its figures are on
 instances the choice never saw.
 
@@ -11,15 +11,17 @@ instances the choice never saw.
    one-shot heuristic.
 
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
-``--keyed`` share, each ``--key-sigmas`` step of the priorities (the default 0.1 is the
-``keyed`` row of the default share), each ``--key-screens`` number of priority moves
-decoded per evaluation and each ``--key-selects`` choice of device in the priority
-search's decoder (``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs'
-segment and keyed rows let runs of units move, and the priority search run, on graphs of
-any size (by default both only on graphs of more than 32 units). ``--seeds``: the large
-graphs' gains are means over these seeds of the search.
+``--screens`` number of the chain's moves drawn per evaluation, each ``--keyed`` share,
+each ``--key-sigmas`` step of the priorities (the default 0.1 is the ``keyed`` row of the
+default share), each ``--key-screens`` number of priority moves decoded per evaluation
+and each ``--key-selects`` choice of device in the priority search's decoder
+(``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs' segment, screen and
+keyed rows let runs of units move, the chain's moves be screened, and the priority search
+run, on graphs of any size (by default all three only on graphs of more than 32 units).
+``--seeds``: the large graphs' gains are means over these seeds of the search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
+                                       [--screens 1,4,16,64]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
                                        [--key-screens 1,4]
                                        [--key-selects earliest,optimistic] [--seeds 0]
@@ -91,14 +93,18 @@ class Setting:
             yield
 
 
-def _settings(betas: list[float], segments: list[float], keyed: list[float],
-              sigmas: list[float], screens: list[int], selects: list[str]
-              ) -> list[Setting]:
-    # runs of units and the priority search on graphs of any size (for the small graphs)
+def _settings(betas: list[float], segments: list[float], chain_screens: list[int],
+              keyed: list[float], sigmas: list[float], screens: list[int],
+              selects: list[str]) -> list[Setting]:
+    # runs of units, screened moves and the priority search on graphs of any size (for
+    # the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
+    screened_anywhere = ((moves, "SCREEN_FROM", 0),)
     keyed_anywhere = ((search, "KEYED_FROM", 0),)
     return ([Setting(f"beta {b:g}", MCMC(beta=b)) for b in betas]
             + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]
+            + [Setting(f"screen {k}", MCMC(screen=k), screened_anywhere)
+               for k in chain_screens]
             + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
                for x in sigmas]
@@ -154,6 +160,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--betas", default="0.1,0.2,0.4")
     parser.add_argument("--segments", default="0,0.15,0.3")
+    parser.add_argument("--screens", default="1,4,16,64",
+                        help="moves drawn per evaluation of the chain")
     parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
     parser.add_argument("--key-sigmas", default="0.05,0.2")
     parser.add_argument("--key-screens", default="1")
@@ -162,6 +170,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
+    chain_screens = _counts(parser, args.screens, "--screens", 1, required=False)
     screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
     seeds = _counts(parser, args.seeds, "--seeds", 0, required=True)
     selects = [x for x in args.key_selects.split(",") if x]
@@ -170,13 +179,13 @@ def main() -> None:
                      f"got {args.key_selects!r}")
     betas, segments, keyed, sigmas = ([float(x) for x in text.split(",") if x] for text in
                                       (args.betas, args.segments, args.keyed, args.key_sigmas))
-    settings = _settings(betas, segments, keyed, sigmas, screens, selects)
+    settings = _settings(betas, segments, chain_screens, keyed, sigmas, screens, selects)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(
                  f"--{name.replace('_', '-')} {shlex.quote(getattr(args, name))}" for name in (
-                     "betas", "segments", "keyed", "key_sigmas", "key_screens", "key_selects",
-                     "seeds")), "",
+                     "betas", "segments", "screens", "keyed", "key_sigmas", "key_screens",
+                     "key_selects", "seeds")), "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
              *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "

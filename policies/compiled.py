@@ -28,7 +28,7 @@ from numba import njit
 from policies.problem import Problem
 from workloads.errors import PlacementError
 
-__all__ = ["MAX_TABLE", "Tables", "comm_table", "decode", "ready_order"]
+__all__ = ["MAX_TABLE", "Tables", "comm_table", "decode", "ready_order", "schedule_length"]
 
 #: Transfer times tabulated at most (classes of tensor x devices x devices; 16 MB): past
 #: it the interpreted scheduler, which prices only the transfers it meets, runs instead.
@@ -156,6 +156,49 @@ def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
     orders = [[op for op in row[:n].tolist() if op >= 0] for row, n in
               zip(lines, counts.tolist(), strict=True)]
     return where, orders, finish
+
+
+def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray) -> float | None:
+    """:func:`policies.problem.schedule_length`, compiled: the length of the schedule that
+    runs ops in ``sequence`` (a topological order) on devices ``where``, each as early as
+    its device and inputs allow, transfers without contention. None where
+    :func:`comm_table` gives none.
+
+    >>> from hwmodels import RooflineCost, get_cluster
+    >>> from policies.problem import schedule_length as interpreted
+    >>> from workloads import build_model
+    >>> c = get_cluster("quad-v100-nvlink")
+    >>> p = Problem(build_model("mlp", batch=8), c, RooflineCost(c))
+    >>> where, sequence = np.arange(p.n) % 2, np.arange(p.n)
+    >>> schedule_length(p, where, sequence) == interpreted(p, where.tolist(), list(range(p.n)))
+    True
+    """
+    t, comm = p.tables, p.comm_table
+    if comm is None:
+        return None
+    return float(_schedule_length(np.asarray(sequence, dtype=np.int64),
+                                  np.asarray(where, dtype=np.int64), t.times, t.pred_ptr,
+                                  t.pred_src, t.pred_class, comm, len(p.devices)))
+
+
+@njit(cache=True)
+def _schedule_length(sequence: np.ndarray, where: np.ndarray, times: np.ndarray,
+                     pred_ptr: np.ndarray, pred_src: np.ndarray, pred_class: np.ndarray,
+                     comm: np.ndarray, devices: int) -> float:  # pragma: no cover
+    """The loop of :func:`schedule_length`, operation for operation as the interpreted one."""
+    free = np.zeros(devices)
+    finish = np.zeros(times.shape[0])
+    longest = 0.0
+    for o in sequence:
+        d = where[o]
+        ready = 0.0
+        for e in range(pred_ptr[o], pred_ptr[o + 1]):
+            s = pred_src[e]
+            ready = max(ready, finish[s] + comm[pred_class[e], where[s], d])
+        finish[o] = max(free[d], ready) + times[o, d]
+        free[d] = finish[o]
+        longest = max(longest, finish[o])
+    return longest
 
 
 @njit(cache=True)

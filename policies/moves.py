@@ -4,7 +4,9 @@ A *unit* is an op or a co-placement group's lead, which its group follows. A mov
 unit to another device that runs it (a neighbour's device, a swap with a unit elsewhere, or
 any other device), on graphs of more than :data:`SEGMENT_FROM` units a run of up to
 :data:`SEGMENT_LONGEST` of one device's units together, or lets an op and the next op of its
-device trade places in the global order every device's order is drawn from.
+device trade places in the global order every device's order is drawn from. On graphs of
+more than :data:`SCREEN_FROM` units a proposal can be the best of several moves drawn, by
+the list schedulers' contention-free model (``screen``).
 
 >>> from hwmodels import RooflineCost, get_cluster
 >>> from policies.problem import Problem
@@ -22,12 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from policies.problem import Problem
+from policies.problem import Problem, schedule_length
 
-__all__ = ["KINDS", "SEGMENT_FROM", "SEGMENT_LONGEST", "Moves"]
+__all__ = ["KINDS", "SCREEN_FROM", "SEGMENT_FROM", "SEGMENT_LONGEST", "Moves"]
 
 #: Runs of units move together on graphs of more than this many units, at most this long.
 SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
+#: Proposals are screened (:meth:`Moves.propose`) on graphs of more than this many units.
+SCREEN_FROM = 32
 #: The kinds of move (:attr:`Moves.kind`): a unit to a neighbour's device, two units
 #: swapping devices, a unit to any other device, a run of units together, two ops trading
 #: places in the global order.
@@ -38,11 +42,14 @@ class Moves:
     """Proposes the chain's next state ``(where, ranked)`` from its current one: each
     op's device index and a global order (see the module)."""
 
-    def __init__(self, problem: Problem, segments: float, rng: np.random.Generator) -> None:
+    def __init__(self, problem: Problem, segments: float, rng: np.random.Generator,
+                 screen: int = 1) -> None:
         """What proposals draw from: the units that may move and where, each unit's
         neighbours, and the edges an order move must not invert. ``segments``: the share
         of moves that take a run of units elsewhere, on graphs of more than
-        :data:`SEGMENT_FROM` units."""
+        :data:`SEGMENT_FROM` units; ``screen``: the moves drawn per proposal, of which the
+        one of least contention-free makespan is proposed, on graphs of more than
+        :data:`SCREEN_FROM` units."""
         self.problem, self.rng = problem, rng
         p = problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
@@ -62,11 +69,43 @@ class Moves:
         self.unit_of = unit_of
         # a small graph's single moves already reach far: runs of units only on large ones
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
+        self.screen = screen if len(self.units) > SCREEN_FROM else 1
         #: the kind (one of :data:`KINDS`) of the last move proposed
         self.kind = ""
 
     def propose(self, where: list[int], ranked: list[str]
                 ) -> tuple[list[int], list[str]] | None:
+        """A move (:meth:`draw`); where ``screen`` is more than one, the one of that many
+        drawn whose plan has the least contention-free makespan
+        (:func:`policies.problem.schedule_length`, each device's ops in the global order),
+        the first such on a tie: the evaluator's budget goes to the moves the list
+        schedulers' model favours, as the priority search's does
+        (:data:`policies.keys.SCREEN`). None where nothing can move."""
+        if self.screen <= 1:
+            return self.draw(where, ranked)
+        drawn = []
+        for _ in range(self.screen):
+            moved = self.draw(where, ranked)
+            if moved is None:
+                return None
+            drawn.append((self.estimate(*moved), moved, self.kind))
+        _, best, self.kind = min(drawn, key=lambda row: row[0])  # the first on a tie
+        return best
+
+    def estimate(self, where: list[int], ranked: list[str]) -> float:
+        """The contention-free makespan of state ``(where, ranked)``: compiled where the
+        transfer table fits (:func:`policies.compiled.schedule_length`), else
+        interpreted."""
+        from policies.compiled import schedule_length as compiled
+
+        p = self.problem
+        devices = p.follow_leads(where)
+        sequence = [self.index[name] for name in ranked]
+        length = compiled(p, np.asarray(devices), np.asarray(sequence))
+        return schedule_length(p, devices, sequence) if length is None else length
+
+    def draw(self, where: list[int], ranked: list[str]
+             ) -> tuple[list[int], list[str]] | None:
         """A move: on a graph of more than 32 units, a share ``segments`` of the time a
         run of units of one device elsewhere (:meth:`segment`); otherwise one time in
         five, an op and the next op of its device trade places in the global order

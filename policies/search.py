@@ -77,6 +77,10 @@ Evaluator = Callable[[Plan], float]
 #: The default share of the budget searched over list-scheduling priorities (see the module),
 #: on graphs of more than KEYED_FROM units.
 KEYED, KEYED_FROM = 0.25, 32
+#: The default moves drawn per evaluation of the chain, the one of least contention-free
+#: makespan scored (see the module), on graphs of more than
+#: :data:`policies.moves.SCREEN_FROM` units.
+SCREEN = 16
 
 
 def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
@@ -131,6 +135,10 @@ class MCMC(PlacementPolicy):
                     doc="on graphs of more than 32 ops and groups, the share of moves that "
                         "take a run of 2 to 16 consecutive units of a device elsewhere "
                         "together (0 to 1)"),
+              Param("screen", "int", SCREEN, minimum=1,
+                    doc="on graphs of more than 32 ops and groups, the moves drawn per "
+                        "evaluation, of which the one of least contention-free makespan "
+                        "is scored"),
               Param("keyed", "float", KEYED,
                     doc="the share of the evaluations left after the starts spent first on "
                         "list schedules under perturbed priorities (0 to 1), on graphs of "
@@ -147,12 +155,14 @@ class MCMC(PlacementPolicy):
                     doc="a wall-clock cap (the plan then depends on the machine)"))
 
     def __init__(self, evals: int = 2000, beta: float = 0.2, segments: float = 0.3,
-                 keyed: float = KEYED, restarts: int = 4, start: str = "heft+metis+m_etf",
+                 screen: int = SCREEN, keyed: float = KEYED, restarts: int = 4,
+                 start: str = "heft+metis+m_etf",
                  seed: Seed = 0, patience: int | None = None,
                  time_limit_s: float | None = None) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
         self.segments: float = self._share("segments", segments, "the moves")
+        self.screen: int = self.checked("screen", screen)
         self.keyed: float = self._share("keyed", keyed, "the evaluations")
         self.restarts: int = self.checked("restarts", restarts)
         self.start: str = self.checked("start", start)
@@ -264,7 +274,7 @@ class _Search:
     def run(self) -> Placement:
         best, best_plan, start = self.begin()
         first = best
-        self.moves = Moves(self.problem, self.policy.segments, self.rng)
+        self.moves = Moves(self.problem, self.policy.segments, self.rng, self.policy.screen)
         before = self.used
         keyed = self.keyed()
         keyed_evals = self.used - before
