@@ -18,7 +18,7 @@ from policies import compiled
 from policies.keys import PredictedFinish
 from policies.listsched import CPOP, HEFT, Timeline, ready_order
 from policies.load import ClusterLoad
-from policies.problem import Problem
+from policies.problem import Problem, schedule_length
 from policies.testing import random_dag
 from tests.helpers import topcuoglu_instance
 from workloads import Graph, Op, build_model, training_graph
@@ -187,3 +187,25 @@ def test_it_gives_the_papers_heft_schedule_of_80() -> None:
     assert finish.max() == 80.0  # Topcuoglu et al. 2002, Fig. 3(a)
     on_p3 = {p.names[i] for i, d in enumerate(where.tolist()) if p.devices[d] == "p3"}
     assert on_p3 == {"n1", "n3", "n5", "n7"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems(), st.integers(0, 2**32 - 1))
+def test_the_compiled_schedule_length_is_the_interpreted_one(p: Problem, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    where = rng.integers(0, len(p.devices), p.n)
+    g = nx.DiGraph()
+    g.add_nodes_from(range(p.n))
+    g.add_edges_from((s, i) for i in range(p.n) for s, _ in p.preds[i])
+    key = rng.random(p.n)
+    sequence = list(nx.lexicographical_topological_sort(g, key=key.__getitem__))
+    expected = schedule_length(p, where.tolist(), sequence)
+    assert compiled.schedule_length(p, where, np.asarray(sequence)) == expected  # to the bit
+
+
+def test_a_schedule_length_too_large_to_tabulate_is_none(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    c = get_cluster("hetero-box")
+    monkeypatch.setattr(compiled, "MAX_TABLE", 0)
+    p = Problem(STEPS["lenet5"], c, RooflineCost(c))
+    assert compiled.schedule_length(p, np.zeros(p.n), np.arange(p.n)) is None

@@ -459,3 +459,48 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     quality.search_run(fresh, MCMC(evals=20))
     quality.search_run(fresh, MCMC(evals=20))
     assert len(calls) == 8 and fresh.searches is None
+
+
+def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first() -> None:
+    from policies.moves import SCREEN_FROM, Moves
+    from policies.plans import Plan, split_by_device
+    from policies.problem import model_makespan
+
+    graph, cluster = random_dag(SCREEN_FROM + 28, seed=3), get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    p = Problem(graph, cluster, cost)
+
+    def makespan(where: list[int], ranked: list[str]) -> float:  # interpreted, from a Plan
+        devices = dict(zip(p.names, (p.devices[d] for d in p.follow_leads(where)),
+                           strict=True))
+        return model_makespan(Plan(graph, devices, split_by_device(ranked, devices)),
+                              cluster, cost)
+
+    # the same seed: the screened chain draws the moves the plain one proposes, in turn
+    plain = Moves(p, 0.3, np.random.default_rng(5))
+    screened = Moves(p, 0.3, np.random.default_rng(5), screen=6)
+    where, ranked = [k % len(p.devices) for k in range(p.n)], list(p.names)
+    for _ in range(8):
+        drawn = [plain.propose(where, ranked) for _ in range(6)]
+        lengths = [makespan(*move) for move in drawn if move is not None]
+        expected = drawn[int(np.argmin(lengths))]
+        assert screened.propose(where, ranked) == expected
+        assert screened.kind in ("neighbour", "swap", "device", "segment", "order")
+        where, ranked = expected  # type: ignore[misc]
+
+
+def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() -> None:
+    from policies.moves import SCREEN_FROM, Moves
+
+    cluster = get_cluster("quad-v100-nvlink")
+    cost = RooflineCost(cluster)
+    small, large = random_dag(SCREEN_FROM, seed=1), random_dag(SCREEN_FROM + 1, seed=1)
+    for graph, screen in ((small, 1), (large, MCMC().screen)):
+        moves = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(0),
+                      MCMC().screen)
+        assert moves.screen == screen
+    assert MCMC().screen > 1
+    for bad in (0, 1.5):
+        with pytest.raises(PlacementError, match=rf"^policy 'mcmc': screen must be an int "
+                                                 rf">= 1, got {bad}$"):
+            MCMC(screen=bad)
