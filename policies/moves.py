@@ -70,6 +70,9 @@ class Moves:
         # a small graph's single moves already reach far: runs of units only on large ones
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
         self.screen = screen if len(self.units) > SCREEN_FROM else 1
+        self._leads = np.asarray(p.node_of, dtype=np.int64)  # each op follows its lead
+        self._ranked: list[str] | None = None
+        self._sequence = np.empty(0, dtype=np.int64)
         #: the kind (one of :data:`KINDS`) of the last move proposed
         self.kind = ""
 
@@ -98,11 +101,15 @@ class Moves:
         interpreted."""
         from policies.compiled import schedule_length as compiled
 
-        p = self.problem
-        devices = p.follow_leads(where)
-        sequence = [self.index[name] for name in ranked]
-        length = compiled(p, np.asarray(devices), np.asarray(sequence))
-        return schedule_length(p, devices, sequence) if length is None else length
+        if ranked is not self._ranked:  # most moves keep the order: its indices once
+            self._ranked = ranked
+            self._sequence = np.fromiter(map(self.index.__getitem__, ranked),
+                                         dtype=np.int64, count=len(ranked))
+        devices = np.asarray(where, dtype=np.int64)[self._leads]
+        length = compiled(self.problem, devices, self._sequence)
+        if length is None:
+            return schedule_length(self.problem, devices.tolist(), self._sequence.tolist())
+        return length
 
     def draw(self, where: list[int], ranked: list[str]
              ) -> tuple[list[int], list[str]] | None:
