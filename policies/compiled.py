@@ -1,7 +1,9 @@
 """HEFT's list scheduler with insertion, compiled (numba): the order a static-priority list
-scheduler takes ops in (:func:`policies.listsched.ready_order`) and the schedule it builds
+scheduler takes ops in (:func:`policies.listsched.ready_order`), the schedule it builds
 (:meth:`policies.listsched.HEFT.decode`, and :class:`policies.keys.PredictedFinish`'s, whose
-choice of device adds a term per op and device).
+choice of device adds a term per op and device), and the length of a schedule in a given
+order (:func:`policies.problem.schedule_length`, with which ``mcmc``'s chain screens its
+moves).
 
 The priority search (:mod:`policies.keys`) decodes hundreds of candidate schedules per
 search, and the interpreted loop spent most of a search's time there. This is the same
@@ -176,9 +178,17 @@ def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray) -> floa
     t, comm = p.tables, p.comm_table
     if comm is None:
         return None
-    return float(_schedule_length(np.asarray(sequence, dtype=np.int64),
-                                  np.asarray(where, dtype=np.int64), t.times, t.pred_ptr,
-                                  t.pred_src, t.pred_class, comm, len(p.devices)))
+    where = np.asarray(where, dtype=np.int64)
+    sequence = np.asarray(sequence, dtype=np.int64)
+    # the compiled loop checks no index: out of range it would read past the arrays
+    if where.shape != (p.n,) or (p.n and not 0 <= where.min() <= where.max()
+                                 < len(p.devices)):
+        raise ValueError(f"schedule length: expected a device 0 to {len(p.devices) - 1} "
+                         f"for each of {p.n} ops")
+    if len(sequence) and (sequence.min() < 0 or sequence.max() >= p.n):
+        raise ValueError(f"schedule length: expected a sequence of ops 0 to {p.n - 1}")
+    return float(_schedule_length(sequence, where, t.times, t.pred_ptr, t.pred_src,
+                                  t.pred_class, comm, len(p.devices)))
 
 
 @njit(cache=True)

@@ -49,7 +49,8 @@ class Moves:
         of moves that take a run of units elsewhere, on graphs of more than
         :data:`SEGMENT_FROM` units; ``screen``: the moves drawn per proposal, of which the
         one of least contention-free makespan is proposed, on graphs of more than
-        :data:`SCREEN_FROM` units."""
+        :data:`SCREEN_FROM` units whose transfer times tabulate
+        (:func:`policies.compiled.comm_table`: the model runs compiled)."""
         self.problem, self.rng = problem, rng
         p = problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
@@ -69,7 +70,9 @@ class Moves:
         self.unit_of = unit_of
         # a small graph's single moves already reach far: runs of units only on large ones
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
-        self.screen = screen if len(self.units) > SCREEN_FROM else 1
+        # the interpreted model, 16 times an evaluation, can cost more than the evaluation
+        self.screen = screen if len(self.units) > SCREEN_FROM and p.comm_table is not None \
+            else 1
         self._leads = np.asarray(p.node_of, dtype=np.int64)  # each op follows its lead
         self._ranked: list[str] | None = None
         self._sequence = np.empty(0, dtype=np.int64)
@@ -98,7 +101,18 @@ class Moves:
     def estimate(self, where: list[int], ranked: list[str]) -> float:
         """The contention-free makespan of state ``(where, ranked)``: compiled where the
         transfer table fits (:func:`policies.compiled.schedule_length`), else
-        interpreted."""
+        interpreted. ``ranked`` is never changed in place by the chain (its indices are
+        kept for the next call with the same list).
+
+        >>> from hwmodels import RooflineCost, get_cluster
+        >>> from workloads import build_model
+        >>> c = get_cluster("quad-v100-nvlink")
+        >>> p = Problem(build_model("mlp", batch=8), c, RooflineCost(c))
+        >>> moves = Moves(p, 0.3, np.random.default_rng(0))
+        >>> where, ranked = [0] * p.n, list(p.names)
+        >>> moves.estimate(where, ranked) == schedule_length(p, where, list(range(p.n)))
+        True
+        """
         from policies.compiled import schedule_length as compiled
 
         if ranked is not self._ranked:  # most moves keep the order: its indices once

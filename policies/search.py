@@ -52,17 +52,18 @@ Picking one of four moves by the scheduler's estimate, against scoring each, lif
 gain on each of the three tuning cells with room (means of four seeds: +8.4%, +4.0% and
 +6.0% against +7.6%, +3.0% and +5.8%).
 
-The chain screens its moves the same way, on graphs of more than 32 ops and groups: each
-evaluation scores the one of ``screen`` (16) moves drawn from the current state whose plan
-the list schedulers' contention-free model (:func:`policies.problem.schedule_length`,
-compiled) puts first, so the evaluator's budget goes to moves that model favours and, where
-it favours none of them, to one that leaves the model's makespan as it was (most often a
-trade of places in the order). On the tuning cells (means of seeds 0 and 1) 1, 4, 16 and
-64 moves gave a median gain of +2.2%, +2.1%, +2.3% and +2.2%, and on the three cells with
-room +8.5%, +8.8%, +8.9% and +8.9% (Inception-v3's SGD step on four V100s), +4.2%, +4.2%,
-+4.4% and +4.3% (its forward pass on the workstation) and +6.4%, +7.2%, +7.1% and +7.3%
-(BERT-base's SGD step on the workstation); on the small graphs, screened in those rows
-only, 16 reached 34 optima of 40 (35 unscreened) and 64 only 26.
+The chain screens its moves too, on graphs of more than 32 ops and groups whose transfer
+times tabulate: each evaluation scores, of ``screen`` (16) moves drawn from the current
+state, the one whose plan the list schedulers' contention-free model
+(:func:`policies.problem.schedule_length`, compiled) puts first (the first such on a
+tie), so the evaluator's budget goes to the moves that model favours and, where none of
+them is faster in it, to the least slower, most often a trade of places in the order that
+leaves the model's makespan as it was. On the tuning cells (means of seeds 0 and 1) 1, 4,
+16 and 64 moves gave a median gain of +2.2%, +2.1%, +2.3% and +2.2%, and on the three cells
+with room +8.5%, +8.8%, +8.9% and +8.9% (Inception-v3's SGD step on four V100s), +4.2%,
++4.2%, +4.4% and +4.3% (its forward pass on the workstation) and +6.4%, +7.2%, +7.1% and
++7.3% (BERT-base's SGD step on the workstation); on the small graphs, screened in those rows
+only, 4 reached 38 optima of 40, 16 reached 34 (35 unscreened) and 64 only 26.
 """
 
 from __future__ import annotations
@@ -167,10 +168,9 @@ class MCMC(PlacementPolicy):
                     doc="a wall-clock cap (the plan then depends on the machine)"))
 
     def __init__(self, evals: int = 2000, beta: float = 0.2, segments: float = 0.3,
-                 screen: int = SCREEN, keyed: float = KEYED, restarts: int = 4,
-                 start: str = "heft+metis+m_etf",
+                 keyed: float = KEYED, restarts: int = 4, start: str = "heft+metis+m_etf",
                  seed: Seed = 0, patience: int | None = None,
-                 time_limit_s: float | None = None) -> None:
+                 time_limit_s: float | None = None, screen: int = SCREEN) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
         self.segments: float = self._share("segments", segments, "the moves")

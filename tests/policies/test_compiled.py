@@ -5,6 +5,7 @@ priced per tensor), and the published schedule of Topcuoglu et al."""
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import networkx as nx
@@ -38,6 +39,17 @@ class _PerTensor(RooflineCost):
         return scale * super().tensor_transfer_time(tensor, nbytes, src, dst)
 
 
+class _Asymmetric(RooflineCost):
+    """The roofline's transfers dearer the later their destination in the cluster: a
+    transfer's time depends on its direction."""
+
+    name = "asymmetric"
+
+    def tensor_transfer_time(self, tensor: str, nbytes: int, src: str, dst: str) -> float:
+        scale = 1 + self.cluster.device_names.index(dst) / 4
+        return scale * super().tensor_transfer_time(tensor, nbytes, src, dst)
+
+
 class _Patchy(RooflineCost):
     """The roofline, but about a third of the ops cannot run on the first device."""
 
@@ -62,11 +74,12 @@ def problems(draw: st.DrawFn) -> Problem:
         ["workstation", "hetero-box", "quad-v100-nvlink", "dgx1-v100"])))
     if draw(st.booleans()):
         graph: Graph = STEPS[draw(st.sampled_from(sorted(STEPS)))]
-        cost = draw(st.sampled_from([RooflineCost, _PerTensor]))(cluster)
+        cost = draw(st.sampled_from([RooflineCost, _PerTensor, _Asymmetric]))(cluster)
     else:
         graph = random_dag(draw(st.integers(1, 40)), seed=draw(st.integers(0, 10**6)),
                            edge_probability=draw(st.sampled_from([0.05, 0.2, 0.5])))
-        cost = draw(st.sampled_from([RooflineCost, _PerTensor, _Patchy]))(cluster)
+        cost = draw(st.sampled_from([RooflineCost, _PerTensor, _Asymmetric,
+                                     _Patchy]))(cluster)
     busy = {d: draw(st.sampled_from([0.0, 1e-5, 1e-3])) for d in cluster.device_names}
     return Problem(graph, cluster, cost, ClusterLoad(busy))
 
@@ -193,13 +206,16 @@ def test_it_gives_the_papers_heft_schedule_of_80() -> None:
 @given(problems(), st.integers(0, 2**32 - 1))
 def test_the_compiled_schedule_length_is_the_interpreted_one(p: Problem, seed: int) -> None:
     rng = np.random.default_rng(seed)
-    where = rng.integers(0, len(p.devices), p.n)
+    # each op on a device that runs it, so that the lengths are finite
+    where = np.asarray([rng.choice(np.flatnonzero(np.isfinite(p.times[i])))
+                        for i in range(p.n)], dtype=np.int64)
     g = nx.DiGraph()
     g.add_nodes_from(range(p.n))
     g.add_edges_from((s, i) for i in range(p.n) for s, _ in p.preds[i])
     key = rng.random(p.n)
     sequence = list(nx.lexicographical_topological_sort(g, key=key.__getitem__))
     expected = schedule_length(p, where.tolist(), sequence)
+    assert math.isfinite(expected)
     assert compiled.schedule_length(p, where, np.asarray(sequence)) == expected  # to the bit
 
 
@@ -209,3 +225,13 @@ def test_a_schedule_length_too_large_to_tabulate_is_none(monkeypatch: pytest.Mon
     monkeypatch.setattr(compiled, "MAX_TABLE", 0)
     p = Problem(STEPS["lenet5"], c, RooflineCost(c))
     assert compiled.schedule_length(p, np.zeros(p.n), np.arange(p.n)) is None
+
+
+def test_a_schedule_length_of_devices_or_ops_out_of_range_is_refused() -> None:
+    c = get_cluster("hetero-box")
+    p = Problem(STEPS["lenet5"], c, RooflineCost(c))
+    order = np.arange(p.n)
+    for where, sequence in ((np.full(p.n, len(p.devices)), order), (np.zeros(p.n - 1), order),
+                            (np.full(p.n, -1), order), (np.zeros(p.n), order + 1)):
+        with pytest.raises(ValueError, match=r"^schedule length: expected "):
+            compiled.schedule_length(p, where, sequence)

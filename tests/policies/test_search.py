@@ -19,7 +19,7 @@ from policies.testing import random_dag
 from sim import evaluator, simulate
 from tests.helpers import recording
 from tests.policies.test_exact import brute_force_makespan, instance
-from workloads import PlacementError, build_model, training_graph
+from workloads import Graph, PlacementError, build_model, training_graph
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -461,12 +461,16 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     assert len(calls) == 8 and fresh.searches is None
 
 
-def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first() -> None:
-    from policies.moves import SCREEN_FROM, Moves
+@pytest.mark.parametrize("graph", [random_dag(60, seed=3),
+                                   training_graph(build_model("vgg16", batch=2), "adam")],
+                         ids=["dag", "groups"])
+def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first(
+        graph: Graph) -> None:
+    from policies.moves import Moves
     from policies.plans import Plan, split_by_device
     from policies.problem import model_makespan
 
-    graph, cluster = random_dag(SCREEN_FROM + 28, seed=3), get_cluster("hetero-box")
+    cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
     p = Problem(graph, cluster, cost)
 
@@ -479,14 +483,39 @@ def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first()
     # the same seed: the screened chain draws the moves the plain one proposes, in turn
     plain = Moves(p, 0.3, np.random.default_rng(5))
     screened = Moves(p, 0.3, np.random.default_rng(5), screen=6)
-    where, ranked = [k % len(p.devices) for k in range(p.n)], list(p.names)
+    # each op on the last device that runs it, in the graph's (topological) order
+    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    ranked = list(p.names)
     for _ in range(8):
         drawn = [plain.propose(where, ranked) for _ in range(6)]
+        assert all(move is not None for move in drawn)
         lengths = [makespan(*move) for move in drawn if move is not None]
         expected = drawn[int(np.argmin(lengths))]
+        assert expected is not None
         assert screened.propose(where, ranked) == expected
         assert screened.kind in ("neighbour", "swap", "device", "segment", "order")
-        where, ranked = expected  # type: ignore[misc]
+        where, ranked = expected
+
+
+def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_interpreted(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from policies import compiled
+    from policies.moves import Moves
+    from policies.problem import schedule_length
+
+    graph, cluster = training_graph(build_model("vgg16", batch=2), "adam"), \
+        get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    fast = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(0), screen=16)
+    monkeypatch.setattr(compiled, "MAX_TABLE", 0)
+    p = Problem(graph, cluster, cost)
+    slow = Moves(p, 0.3, np.random.default_rng(0), screen=16)
+    assert fast.screen == 16 and slow.screen == 1 and p.comm_table is None
+    where = [k % len(p.devices) for k in range(p.n)]
+    ranked = list(p.names)
+    sequence = [p.names.index(n) for n in ranked]
+    expected = schedule_length(p, p.follow_leads(where), sequence)
+    assert slow.estimate(where, ranked) == expected == fast.estimate(where, ranked)
 
 
 def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() -> None:
@@ -503,4 +532,4 @@ def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() ->
     for bad in (0, 1.5):
         with pytest.raises(PlacementError, match=rf"^policy 'mcmc': screen must be an int "
                                                  rf">= 1, got {bad}$"):
-            MCMC(screen=bad)
+            MCMC(screen=bad)  # type: ignore[arg-type]
