@@ -85,8 +85,9 @@ class Moves:
         drawn whose plan has the least contention-free makespan
         (:func:`policies.problem.schedule_length`, each device's ops in the global order),
         the first such on a tie: the evaluator's budget goes to the moves the list
-        schedulers' model favours, as the priority search's does
-        (:data:`policies.keys.SCREEN`). None where nothing can move."""
+        schedulers' model favours (the priority search screens too,
+        :data:`policies.keys.SCREEN`, but takes the first move no worse than its current
+        plan). None where nothing can move."""
         if self.screen <= 1:
             return self.draw(where, ranked)
         drawn = []
