@@ -71,8 +71,9 @@ class Moves:
         # a small graph's single moves already reach far: runs of units only on large ones
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
         # the interpreted model, 16 times an evaluation, can cost more than the evaluation
-        self.screen = screen if len(self.units) > SCREEN_FROM and p.comm_table is not None \
-            else 1
+        # (the transfer table is built only where a screen would use it)
+        self.screen = screen if screen > 1 and len(self.units) > SCREEN_FROM \
+            and p.comm_table is not None else 1
         self._leads = np.asarray(p.node_of, dtype=np.int64)  # each op follows its lead
         self._ranked: list[str] | None = None
         self._sequence = np.empty(0, dtype=np.int64)
@@ -90,6 +91,8 @@ class Moves:
         plan). None where nothing can move."""
         if self.screen <= 1:
             return self.draw(where, ranked)
+        if ranked is not self._ranked:  # the current order: most moves keep it
+            self._ranked, self._sequence = ranked, self._indices(ranked)
         drawn = []
         for _ in range(self.screen):
             moved = self.draw(where, ranked)
@@ -102,8 +105,8 @@ class Moves:
     def estimate(self, where: list[int], ranked: list[str]) -> float:
         """The contention-free makespan of state ``(where, ranked)``: compiled where the
         transfer table fits (:func:`policies.compiled.schedule_length`), else
-        interpreted. ``ranked`` is never changed in place by the chain (its indices are
-        kept for the next call with the same list).
+        interpreted. The current state's order (``ranked`` of the last :meth:`propose`,
+        which the chain never changes in place) has its indices kept.
 
         >>> from hwmodels import RooflineCost, get_cluster
         >>> from workloads import build_model
@@ -116,15 +119,17 @@ class Moves:
         """
         from policies.compiled import schedule_length as compiled
 
-        if ranked is not self._ranked:  # most moves keep the order: its indices once
-            self._ranked = ranked
-            self._sequence = np.fromiter(map(self.index.__getitem__, ranked),
-                                         dtype=np.int64, count=len(ranked))
+        sequence = self._sequence if ranked is self._ranked else self._indices(ranked)
         devices = np.asarray(where, dtype=np.int64)[self._leads]
-        length = compiled(self.problem, devices, self._sequence)
+        length = compiled(self.problem, devices, sequence)
         if length is None:
-            return schedule_length(self.problem, devices.tolist(), self._sequence.tolist())
+            return schedule_length(self.problem, devices.tolist(), sequence.tolist())
         return length
+
+    def _indices(self, ranked: list[str]) -> np.ndarray:
+        """The op indices of order ``ranked``."""
+        return np.fromiter(map(self.index.__getitem__, ranked), dtype=np.int64,
+                           count=len(ranked))
 
     def draw(self, where: list[int], ranked: list[str]
              ) -> tuple[list[int], list[str]] | None:

@@ -529,6 +529,9 @@ def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() ->
                       MCMC().screen)
         assert moves.screen == screen
     assert MCMC().screen > 1
+    unscreened = Problem(large, cluster, cost)
+    assert Moves(unscreened, 0.3, np.random.default_rng(0), 1).screen == 1
+    assert "comm_table" not in vars(unscreened)  # no transfer table built for no screen
     for bad in (0, 1.5):
         with pytest.raises(PlacementError, match=rf"^policy 'mcmc': screen must be an int "
                                                  rf">= 1, got {bad}$"):
