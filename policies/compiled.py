@@ -160,11 +160,13 @@ def decode(p: Problem, order: np.ndarray, ahead: np.ndarray | None = None
     return where, orders, finish
 
 
-def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray) -> float | None:
+def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray, *,
+                    check: bool = True) -> float | None:
     """:func:`policies.problem.schedule_length`, compiled: the length of the schedule that
     runs ops in ``sequence`` (a topological order) on devices ``where``, each as early as
     its device and inputs allow, transfers without contention. None where
-    :func:`comm_table` gives none.
+    :func:`comm_table` gives none. ``check=False`` skips the indices' range check, for
+    int64 arrays in range by construction (a search's own states, many times a second).
 
     >>> from hwmodels import RooflineCost, get_cluster
     >>> from policies.problem import schedule_length as interpreted
@@ -181,11 +183,11 @@ def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray) -> floa
     where = np.asarray(where, dtype=np.int64)
     sequence = np.asarray(sequence, dtype=np.int64)
     # the compiled loop checks no index: out of range it would read past the arrays
-    if where.shape != (p.n,) or (p.n and not 0 <= where.min() <= where.max()
-                                 < len(p.devices)):
+    if check and (where.shape != (p.n,) or (p.n and not 0 <= where.min() <= where.max()
+                                            < len(p.devices))):
         raise ValueError(f"schedule length: expected a device 0 to {len(p.devices) - 1} "
                          f"for each of {p.n} ops")
-    if len(sequence) and (sequence.min() < 0 or sequence.max() >= p.n):
+    if check and len(sequence) and (sequence.min() < 0 or sequence.max() >= p.n):
         raise ValueError(f"schedule length: expected a sequence of ops 0 to {p.n - 1}")
     return float(_schedule_length(sequence, where, t.times, t.pred_ptr, t.pred_src,
                                   t.pred_class, comm, len(p.devices)))

@@ -22,6 +22,9 @@ True
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Mapping
+
 import numpy as np
 
 from policies.problem import Problem, schedule_length
@@ -55,6 +58,7 @@ class Moves:
         p = problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
         self.able = [np.flatnonzero(np.isfinite(p.times[u])).tolist() for u in self.units]
+        self._able = [frozenset(a) for a in self.able]
         self.movable = [k for k, a in enumerate(self.able) if len(a) > 1]
         # the ops (any member of another unit) each unit's members exchange tensors with
         unit_of = {u: k for k, u in enumerate(self.units)}
@@ -75,8 +79,12 @@ class Moves:
         self.screen = screen if screen > 1 and len(self.units) > SCREEN_FROM \
             and p.comm_table is not None else 1
         self._leads = np.asarray(p.node_of, dtype=np.int64)  # each op follows its lead
-        self._ranked: list[str] | None = None
-        self._sequence = np.empty(0, dtype=np.int64)
+        # the current state's arrays, and those of the move proposed last
+        self._state: _State | None = None
+        self._next: _State | None = None
+        # what the last draw changed: the units it moved, or the new order's op indices
+        self._moved: list[int] = []
+        self._sequence: np.ndarray | None = None
         #: the kind (one of :data:`KINDS`) of the last move proposed
         self.kind = ""
 
@@ -91,22 +99,36 @@ class Moves:
         plan). None where nothing can move."""
         if self.screen <= 1:
             return self.draw(where, ranked)
-        if ranked is not self._ranked:  # the current order: most moves keep it
-            self._ranked, self._sequence = ranked, self._indices(ranked)
+        state = self.current(where, ranked)
         drawn = []
         for _ in range(self.screen):
             moved = self.draw(where, ranked)
             if moved is None:
                 return None
-            drawn.append((self.estimate(*moved), moved, self.kind))
-        _, best, self.kind = min(drawn, key=lambda row: row[0])  # the first on a tie
+            units, sequence = self._arrays(state, *moved)
+            drawn.append((self._schedule_length(units[self._leads], sequence), moved,
+                          self.kind, units, sequence))
+        _, best, self.kind, units, sequence = min(drawn, key=lambda row: row[0])  # first on a tie
+        self._next = _State(*best, self.index, self._leads, units, sequence)
         return best
+
+    def _arrays(self, state: _State, where: list[int], ranked: list[str]
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """The device of each op's lead and the order's op indices of a state the last
+        :meth:`draw` made from ``state``, from what the draw changed."""
+        units = state.units
+        if where is not state.where:
+            units = units.copy()
+            units[self._moved] = [where[u] for u in self._moved]
+        if ranked is state.ranked:
+            return units, state.sequence
+        assert self._sequence is not None  # an order move's
+        return units, self._sequence
 
     def estimate(self, where: list[int], ranked: list[str]) -> float:
         """The contention-free makespan of state ``(where, ranked)``: compiled where the
         transfer table fits (:func:`policies.compiled.schedule_length`), else
-        interpreted. The current state's order (``ranked`` of the last :meth:`propose`,
-        which the chain never changes in place) has its indices kept.
+        interpreted.
 
         >>> from hwmodels import RooflineCost, get_cluster
         >>> from workloads import build_model
@@ -117,19 +139,31 @@ class Moves:
         >>> moves.estimate(where, ranked) == schedule_length(p, where, list(range(p.n)))
         True
         """
+        state = _State(where, ranked, self.index, self._leads)
+        return self._schedule_length(state.units[self._leads], state.sequence)
+
+    def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray) -> float:
+        """The contention-free makespan of each op on ``devices``, in order ``sequence``:
+        compiled where the transfer table fits, else interpreted."""
         from policies.compiled import schedule_length as compiled
 
-        sequence = self._sequence if ranked is self._ranked else self._indices(ranked)
-        devices = np.asarray(where, dtype=np.int64)[self._leads]
-        length = compiled(self.problem, devices, sequence)
+        length = compiled(self.problem, devices, sequence, check=False)  # in range
         if length is None:
             return schedule_length(self.problem, devices.tolist(), sequence.tolist())
         return length
 
-    def _indices(self, ranked: list[str]) -> np.ndarray:
-        """The op indices of order ``ranked``."""
-        return np.fromiter(map(self.index.__getitem__, ranked), dtype=np.int64,
-                           count=len(ranked))
+    def current(self, where: list[int], ranked: list[str]) -> _State:
+        """State ``(where, ranked)``'s arrays, kept while the chain stays there (it never
+        changes a state's lists in place); those of the move :meth:`propose` chose last
+        are taken over."""
+        state = self._state
+        if state is None or where is not state.where or ranked is not state.ranked:
+            chosen = self._next
+            state = chosen if chosen is not None and where is chosen.where \
+                and ranked is chosen.ranked else _State(where, ranked, self.index, self._leads)
+            self._state = state
+        self._next = None
+        return state
 
     def draw(self, where: list[int], ranked: list[str]
              ) -> tuple[list[int], list[str]] | None:
@@ -163,18 +197,18 @@ class Moves:
                     and where[i] in self.able[k]]
             if near:
                 out[u] = near[int(rng.integers(len(near)))]
-                self.kind = "neighbour"
+                self.kind, self._moved = "neighbour", [u]
                 return out, ranked
         elif draw < 0.6:
             j = self.movable[int(rng.integers(len(self.movable)))]
             v = self.units[j]
             if where[v] != where[u] and where[v] in self.able[k] and where[u] in self.able[j]:
                 out[u], out[v] = where[v], where[u]
-                self.kind = "swap"
+                self.kind, self._moved = "swap", [u, v]
                 return out, ranked
         choices = [d for d in self.able[k] if d != where[u]]
         out[u] = choices[int(rng.integers(len(choices)))]
-        self.kind = "device"
+        self.kind, self._moved = "device", [u]
         return out, ranked
 
     def segment(self, where: list[int], ranked: list[str]) -> list[int] | None:
@@ -182,24 +216,27 @@ class Moves:
         global order from a random op on, moved together to another device all of them
         can run on (None where there is none): a layer's ops leave a device at once, where
         moving one alone only adds transfers."""
-        p, rng = self.problem, self.rng
+        rng, state = self.rng, self.current(where, ranked)
         at = int(rng.integers(len(ranked)))
-        first = p.node_of[self.index[ranked[at]]]
+        lead_at = state.lead_at
+        first = int(lead_at[at])
         device, run = where[first], [first]
         length = int(rng.integers(2, SEGMENT_LONGEST + 1))
-        for name in ranked[at + 1:]:
+        for k in np.flatnonzero(state.device[at + 1:] == device).tolist():
             if len(run) == length:
                 break
-            lead = p.node_of[self.index[name]]
-            if where[lead] == device and lead not in run:
+            lead = int(lead_at[at + 1 + k])
+            if lead not in run:
                 run.append(lead)
-        targets = set.intersection(*(set(self.able[self.unit_of[u]]) for u in run)) - {device}
+        targets = frozenset.intersection(*(self._able[self.unit_of[u]] for u in run)) \
+            - {device}
         if not targets:
             return None
         out = list(where)
         chosen = sorted(targets)[int(rng.integers(len(targets)))]
         for u in run:
             out[u] = chosen
+        self._moved = run
         return out
 
     def reorder(self, where: list[int], ranked: list[str], start: int) -> list[str] | None:
@@ -207,19 +244,79 @@ class Moves:
         op of its device, traded: it moves to just after that op in the global order, or
         that op to just before it, whichever passes no edge (an op between them that it
         feeds, or that feeds the other). Only the device's order changes."""
-        p = self.problem
-        device = [where[p.node_of[self.index[n]]] for n in ranked]
-        n = len(ranked)
-        for i in (*range(start, n), *range(start)):
-            j = next((k for k in range(i + 1, n) if device[k] == device[i]), None)
-            if j is None:
+        state = self.current(where, ranked)
+        following, edges, n = state.following, self.edges, len(ranked)
+        for i in itertools.chain(range(start, n), range(start)):
+            j = following[i]
+            if j < 0:
                 continue
             a, b = ranked[i], ranked[j]
-            if (a, b) in self.edges:
+            if (a, b) in edges:
                 continue
-            between = ranked[i + 1:j]
-            if not any((a, x) in self.edges for x in between):
+            between, seq = ranked[i + 1:j], state.sequence
+            if not any((a, x) in edges for x in between):
+                self._sequence = np.concatenate((seq[:i], seq[i + 1:j + 1], seq[i:i + 1],
+                                                 seq[j + 1:]))
                 return [*ranked[:i], *between, b, a, *ranked[j + 1:]]
-            if not any((x, b) in self.edges for x in between):
+            if not any((x, b) in edges for x in between):
+                self._sequence = np.concatenate((seq[:i], seq[j:j + 1], seq[i:j],
+                                                 seq[j + 1:]))
                 return [*ranked[:i], b, a, *between, *ranked[j + 1:]]
         return None
+
+
+class _State:
+    """A chain state ``(where, ranked)`` and the arrays drawn from its lists, each worked
+    out when first asked for."""
+
+    def __init__(self, where: list[int], ranked: list[str], index: Mapping[str, int],
+                 leads: np.ndarray, units: np.ndarray | None = None,
+                 sequence: np.ndarray | None = None) -> None:
+        self.where, self.ranked = where, ranked
+        self._index, self._leads = index, leads
+        self._units, self._sequence = units, sequence
+        self._lead_at: np.ndarray | None = None
+        self._device: np.ndarray | None = None
+        self._following: list[int] | None = None
+
+    @property
+    def units(self) -> np.ndarray:
+        """``where`` as an array (each unit's device; a group's followers' entries unused)."""
+        if self._units is None:
+            self._units = np.asarray(self.where, dtype=np.int64)
+        return self._units
+
+    @property
+    def sequence(self) -> np.ndarray:
+        """The op index at each position of ``ranked``."""
+        if self._sequence is None:
+            self._sequence = np.fromiter(map(self._index.__getitem__, self.ranked),
+                                         dtype=np.int64, count=len(self.ranked))
+        return self._sequence
+
+    @property
+    def lead_at(self) -> np.ndarray:
+        """The unit (the op's lead) at each position of ``ranked``."""
+        if self._lead_at is None:
+            self._lead_at = self._leads[self.sequence]
+        return self._lead_at
+
+    @property
+    def device(self) -> np.ndarray:
+        """The device at each position of ``ranked``."""
+        if self._device is None:
+            self._device = self.units[self.lead_at]
+        return self._device
+
+    @property
+    def following(self) -> list[int]:
+        """For each position of ``ranked``, the next position on the same device (-1 for
+        a device's last)."""
+        if self._following is None:
+            device = self.device
+            by_device = np.argsort(device, kind="stable")  # in order within each device
+            same = device[by_device[1:]] == device[by_device[:-1]]
+            following = np.full(len(device), -1, dtype=np.int64)
+            following[by_device[:-1][same]] = by_device[1:][same]
+            self._following = following.tolist()
+        return self._following

@@ -491,10 +491,57 @@ def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first(
         assert all(move is not None for move in drawn)
         lengths = [makespan(*move) for move in drawn if move is not None]
         expected = drawn[int(np.argmin(lengths))]
-        assert expected is not None
-        assert screened.propose(where, ranked) == expected
+        chosen = screened.propose(where, ranked)
+        assert chosen == expected and chosen is not None
         assert screened.kind in ("neighbour", "swap", "device", "segment", "order")
-        where, ranked = expected
+        where, ranked = chosen  # the screened chain goes on from its own state's arrays
+
+
+@pytest.mark.parametrize("graph", [random_dag(60, seed=3),
+                                   training_graph(build_model("vgg16", batch=2), "adam")],
+                         ids=["dag", "groups"])
+def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
+        graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the screen works each candidate's arrays out from what its move changed, and takes
+    # the chosen one's over as the next state's: each must be the drawn state's own
+    from policies.moves import Moves
+    from policies.plans import Plan, split_by_device
+    from policies.problem import model_makespan
+
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    p = Problem(graph, cluster, cost)
+    moves = Moves(p, 0.3, np.random.default_rng(11), screen=6)
+    drawn: list[tuple[list[int], list[str]]] = []
+    lengths: list[float] = []
+    draw, length = moves.draw, moves._schedule_length
+
+    def drawing(where: list[int], ranked: list[str]) -> tuple[list[int], list[str]] | None:
+        move = draw(where, ranked)
+        if move is not None:
+            drawn.append(move)
+        return move
+
+    def measuring(devices: np.ndarray, sequence: np.ndarray) -> float:
+        lengths.append(length(devices, sequence))
+        return lengths[-1]
+
+    monkeypatch.setattr(moves, "draw", drawing)
+    monkeypatch.setattr(moves, "_schedule_length", measuring)
+    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    ranked = list(p.names)
+    for step in range(30):
+        chosen = moves.propose(where, ranked)
+        assert chosen is not None
+        if step % 3:  # the chain moves two times in three, else stays where it is
+            where, ranked = chosen
+    assert len(drawn) == len(lengths) == 30 * 6
+    assert {len(set(ranked)) for _, ranked in drawn} == {p.n}
+    for (where, ranked), estimate in zip(drawn, lengths, strict=True):
+        devices = dict(zip(p.names, (p.devices[d] for d in p.follow_leads(where)),
+                           strict=True))
+        plan = Plan(graph, devices, split_by_device(ranked, devices))
+        assert estimate == model_makespan(plan, cluster, cost)  # to the bit
 
 
 def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_interpreted(
