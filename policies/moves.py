@@ -218,16 +218,15 @@ class Moves:
         moving one alone only adds transfers."""
         rng, state = self.rng, self.current(where, ranked)
         at = int(rng.integers(len(ranked)))
-        lead_at = state.lead_at
-        first = int(lead_at[at])
+        leads, devices = state.lists
+        first = leads[at]
         device, run = where[first], [first]
         length = int(rng.integers(2, SEGMENT_LONGEST + 1))
-        for k in np.flatnonzero(state.device[at + 1:] == device).tolist():
+        for k in range(at + 1, len(ranked)):
             if len(run) == length:
                 break
-            lead = int(lead_at[at + 1 + k])
-            if lead not in run:
-                run.append(lead)
+            if devices[k] == device and leads[k] not in run:
+                run.append(leads[k])
         targets = frozenset.intersection(*(self._able[self.unit_of[u]] for u in run)) \
             - {device}
         if not targets:
@@ -278,6 +277,7 @@ class _State:
         self._lead_at: np.ndarray | None = None
         self._device: np.ndarray | None = None
         self._following: list[int] | None = None
+        self._lists: tuple[list[int], list[int]] | None = None
 
     @property
     def units(self) -> np.ndarray:
@@ -307,6 +307,13 @@ class _State:
         if self._device is None:
             self._device = self.units[self.lead_at]
         return self._device
+
+    @property
+    def lists(self) -> tuple[list[int], list[int]]:
+        """:attr:`lead_at` and :attr:`device` as lists (read one position at a time)."""
+        if self._lists is None:
+            self._lists = (self.lead_at.tolist(), self.device.tolist())
+        return self._lists
 
     @property
     def following(self) -> list[int]:
