@@ -99,7 +99,7 @@ class Moves:
         plan). None where nothing can move."""
         if self.screen <= 1:
             return self.draw(where, ranked)
-        state = self.current(where, ranked)
+        state = self._current(where, ranked)
         drawn = []
         for _ in range(self.screen):
             moved = self.draw(where, ranked)
@@ -152,7 +152,7 @@ class Moves:
             return schedule_length(self.problem, devices.tolist(), sequence.tolist())
         return length
 
-    def current(self, where: list[int], ranked: list[str]) -> _State:
+    def _current(self, where: list[int], ranked: list[str]) -> _State:
         """State ``(where, ranked)``'s arrays, kept while the chain stays there (it never
         changes a state's lists in place); those of the move :meth:`propose` chose last
         are taken over."""
@@ -216,7 +216,7 @@ class Moves:
         global order from a random op on, moved together to another device all of them
         can run on (None where there is none): a layer's ops leave a device at once, where
         moving one alone only adds transfers."""
-        rng, state = self.rng, self.current(where, ranked)
+        rng, state = self.rng, self._current(where, ranked)
         at = int(rng.integers(len(ranked)))
         leads, devices = state.lists
         first = leads[at]
@@ -243,7 +243,7 @@ class Moves:
         op of its device, traded: it moves to just after that op in the global order, or
         that op to just before it, whichever passes no edge (an op between them that it
         feeds, or that feeds the other). Only the device's order changes."""
-        state = self.current(where, ranked)
+        state = self._current(where, ranked)
         following, edges, n = state.following, self.edges, len(ranked)
         for i in itertools.chain(range(start, n), range(start)):
             j = following[i]
