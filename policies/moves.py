@@ -140,14 +140,16 @@ class Moves:
         True
         """
         state = _State(where, ranked, self.index, self._leads)
-        return self._schedule_length(state.units[self._leads], state.sequence)
+        return self._schedule_length(state.units[self._leads], state.sequence, check=True)
 
-    def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray) -> float:
+    def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray,
+                         check: bool = False) -> float:
         """The contention-free makespan of each op on ``devices``, in order ``sequence``:
-        compiled where the transfer table fits, else interpreted."""
+        compiled where the transfer table fits, else interpreted; the indices' range
+        checked only where ``check`` (a state the chain drew is in range)."""
         from policies.compiled import schedule_length as compiled
 
-        length = compiled(self.problem, devices, sequence, check=False)  # in range
+        length = compiled(self.problem, devices, sequence, check=check)
         if length is None:
             return schedule_length(self.problem, devices.tolist(), sequence.tolist())
         return length

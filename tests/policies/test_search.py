@@ -565,6 +565,18 @@ def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_inter
     assert slow.estimate(where, ranked) == expected == fast.estimate(where, ranked)
 
 
+def test_an_estimate_of_a_state_given_from_outside_refuses_a_device_out_of_range() -> None:
+    # the chain's own draws skip the check (in range by construction); a caller's may not
+    from policies.moves import Moves
+
+    cluster = get_cluster("quad-v100-nvlink")
+    p = Problem(random_dag(40, seed=2), cluster, RooflineCost(cluster))
+    moves = Moves(p, 0.3, np.random.default_rng(0), screen=16)
+    with pytest.raises(ValueError, match=r"^schedule length: expected a device 0 to 3 for "
+                                         r"each of 40 ops$"):
+        moves.estimate([4] * p.n, list(p.names))
+
+
 def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() -> None:
     from policies.moves import SCREEN_FROM, Moves
 
