@@ -166,7 +166,7 @@ def schedule_length(p: Problem, where: np.ndarray, sequence: np.ndarray, *,
     runs ops in ``sequence`` (a topological order) on devices ``where``, each as early as
     its device and inputs allow, transfers without contention. None where
     :func:`comm_table` gives none. ``check=False`` skips the indices' range check, for
-    int64 arrays in range by construction (a search's own states, many times a second).
+    int64 arrays in range by construction (a search's own moves, many times a second).
 
     >>> from hwmodels import RooflineCost, get_cluster
     >>> from policies.problem import schedule_length as interpreted

@@ -97,9 +97,12 @@ class Moves:
         schedulers' model favours (the priority search screens too,
         :data:`policies.keys.SCREEN`, but takes the first move no worse than its current
         plan). None where nothing can move."""
-        if self.screen <= 1:
-            return self.draw(where, ranked)
         state = self._current(where, ranked)
+        if self.screen <= 1:
+            moved = self.draw(where, ranked)
+            if moved is not None:  # its arrays worked out if the chain goes there
+                self._next = _State(*moved, self.index, self._leads)
+            return moved
         drawn = []
         for _ in range(self.screen):
             moved = self.draw(where, ranked)
@@ -140,16 +143,17 @@ class Moves:
         True
         """
         state = _State(where, ranked, self.index, self._leads)
-        return self._schedule_length(state.units[self._leads], state.sequence, check=True)
+        self._check(state)
+        return self._schedule_length(state.units[self._leads], state.sequence)
 
-    def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray,
-                         check: bool = False) -> float:
+    def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray) -> float:
         """The contention-free makespan of each op on ``devices``, in order ``sequence``:
-        compiled where the transfer table fits, else interpreted; the indices' range
-        checked only where ``check`` (a state the chain drew is in range)."""
+        compiled where the transfer table fits, else interpreted. The indices' range is
+        not checked again: a state is checked where it comes from outside
+        (:meth:`_check`), and the moves drawn from it stay in range."""
         from policies.compiled import schedule_length as compiled
 
-        length = compiled(self.problem, devices, sequence, check=check)
+        length = compiled(self.problem, devices, sequence, check=False)
         if length is None:
             return schedule_length(self.problem, devices.tolist(), sequence.tolist())
         return length
@@ -161,11 +165,21 @@ class Moves:
         state = self._state
         if state is None or where is not state.where or ranked is not state.ranked:
             chosen = self._next
-            state = chosen if chosen is not None and where is chosen.where \
-                and ranked is chosen.ranked else _State(where, ranked, self.index, self._leads)
+            if chosen is not None and where is chosen.where and ranked is chosen.ranked:
+                state = chosen
+            else:  # a state from outside (a start, a restart): checked once, as the
+                # compiled model reads its indices unchecked
+                state = _State(where, ranked, self.index, self._leads)
+                self._check(state)
             self._state = state
         self._next = None
         return state
+
+    def _check(self, state: _State) -> None:
+        """Refuses a state whose ``where`` is not a device index for each op."""
+        units, n, k = state.units, self.problem.n, len(self.problem.devices)
+        if units.shape != (n,) or (n and not 0 <= units.min() <= units.max() < k):
+            raise ValueError(f"moves: expected a device 0 to {k - 1} for each of {n} ops")
 
     def draw(self, where: list[int], ranked: list[str]
              ) -> tuple[list[int], list[str]] | None:
@@ -256,12 +270,14 @@ class Moves:
                 continue
             between, seq = ranked[i + 1:j], state.sequence
             if not any((a, x) in edges for x in between):
-                self._sequence = np.concatenate((seq[:i], seq[i + 1:j + 1], seq[i:i + 1],
-                                                 seq[j + 1:]))
+                if self.screen > 1:  # the new order's indices, for its estimate
+                    self._sequence = np.concatenate((seq[:i], seq[i + 1:j + 1],
+                                                     seq[i:i + 1], seq[j + 1:]))
                 return [*ranked[:i], *between, b, a, *ranked[j + 1:]]
             if not any((x, b) in edges for x in between):
-                self._sequence = np.concatenate((seq[:i], seq[j:j + 1], seq[i:j],
-                                                 seq[j + 1:]))
+                if self.screen > 1:
+                    self._sequence = np.concatenate((seq[:i], seq[j:j + 1], seq[i:j],
+                                                     seq[j + 1:]))
                 return [*ranked[:i], b, a, *between, *ranked[j + 1:]]
         return None
 

@@ -260,7 +260,8 @@ def test_a_segment_move_takes_a_run_of_one_device_s_units_to_one_device_that_run
         seed: int, data: st.DataObject) -> None:
     from policies.moves import Moves
 
-    graph = training_graph(build_model("mlp", batch=8), "adam")  # groups: leads and followers
+    # groups (leads and followers), more units on a device than the longest run
+    graph = training_graph(build_model("vgg16", batch=2), "adam")
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
     search = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(seed))
@@ -268,9 +269,18 @@ def test_a_segment_move_takes_a_run_of_one_device_s_units_to_one_device_that_run
     where = [data.draw(st.sampled_from(search.able[search.unit_of[p.node_of[i]]]))
              for i in range(p.n)]
     ranked = list(graph.topological_order())
+    draws = np.random.default_rng(seed)  # the op the run starts at, then its length
+    at, length = int(draws.integers(len(ranked))), int(draws.integers(2, 17))
     out = search.segment(where, ranked)
-    if out is None:  # no device runs every unit of the run
+    # the run: the first units of the start's device met in the order from it on, distinct
+    leads = [p.node_of[search.index[n]] for n in ranked[at:]]
+    device = where[leads[0]]
+    run = [u for u in dict.fromkeys(leads) if where[u] == device][:length]
+    able = set.intersection(*(set(search.able[search.unit_of[u]]) for u in run))
+    assert (out is None) == (able <= {device})
+    if out is None:  # no other device runs every unit of the run
         return
+    assert {u for u in search.units if out[u] != where[u]} == set(run)
     moved = [u for u in search.units if out[u] != where[u]]
     assert 1 <= len(moved) <= 16 and len({where[u] for u in moved}) == 1
     assert len({out[u] for u in moved}) == 1
@@ -565,16 +575,52 @@ def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_inter
     assert slow.estimate(where, ranked) == expected == fast.estimate(where, ranked)
 
 
-def test_an_estimate_of_a_state_given_from_outside_refuses_a_device_out_of_range() -> None:
-    # the chain's own draws skip the check (in range by construction); a caller's may not
+@pytest.mark.parametrize("screen", [1, 16])
+def test_a_state_given_from_outside_is_refused_with_a_device_out_of_range(screen: int
+                                                                           ) -> None:
+    # the compiled model reads the chain's indices unchecked: a state from outside (a
+    # start, a restart) is checked once, by a proposal as by an estimate
     from policies.moves import Moves
 
     cluster = get_cluster("quad-v100-nvlink")
     p = Problem(random_dag(40, seed=2), cluster, RooflineCost(cluster))
-    moves = Moves(p, 0.3, np.random.default_rng(0), screen=16)
-    with pytest.raises(ValueError, match=r"^schedule length: expected a device 0 to 3 for "
-                                         r"each of 40 ops$"):
-        moves.estimate([4] * p.n, list(p.names))
+    moves = Moves(p, 0.3, np.random.default_rng(0), screen=screen)
+    for where in ([4] * p.n, [-1] * p.n, [10**6] * p.n, [0] * (p.n - 1)):
+        with pytest.raises(ValueError, match=r"^moves: expected a device 0 to 3 for "
+                                             r"each of 40 ops$"):
+            moves.propose(where, list(p.names))
+        with pytest.raises(ValueError, match=r"^moves: expected a device 0 to 3 for "
+                                             r"each of 40 ops$"):
+            moves.estimate(where, list(p.names))
+
+
+@pytest.mark.parametrize("graph", [random_dag(80, seed=5),
+                                   training_graph(build_model("vgg16", batch=2), "adam")],
+                         ids=["dag", "groups"])
+def test_a_proposal_depends_on_the_state_and_the_draws_alone_not_on_the_chain_s_path(
+        graph: Graph) -> None:
+    # a chain keeps its state's arrays and takes over those of the move it proposed: back
+    # at an earlier state (a restart), or at an equal state in new lists, it must propose
+    # what a fresh chain with the same generator proposes there
+    import copy
+
+    from policies.moves import Moves
+
+    cluster = get_cluster("hetero-box")
+    p = Problem(graph, cluster, RooflineCost(cluster))
+    moves = Moves(p, 0.3, np.random.default_rng(9), screen=6)
+    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    ranked = list(p.names)
+    visited = [(where, ranked)]
+    for step in range(24):
+        state = visited[-1] if step % 4 else visited[len(visited) // 2]  # now and then back
+        if step % 5 == 4:
+            state = (list(state[0]), list(state[1]))  # equal, in new lists
+        fresh = Moves(p, 0.3, copy.deepcopy(moves.rng), screen=6)
+        expected = fresh.propose(*state)
+        chosen = moves.propose(*state)
+        assert chosen == expected and chosen is not None
+        visited.append(chosen)
 
 
 def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() -> None:
