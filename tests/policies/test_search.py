@@ -471,9 +471,13 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     assert len(calls) == 8 and fresh.searches is None
 
 
-@pytest.mark.parametrize("graph", [random_dag(60, seed=3),
-                                   training_graph(build_model("vgg16", batch=2), "adam")],
-                         ids=["dag", "groups"])
+#: Graphs of more than 32 units, the chain's moves screened: plain, and with groups.
+_screened_graphs = pytest.mark.parametrize(
+    "graph", [random_dag(60, seed=3), training_graph(build_model("vgg16", batch=2), "adam")],
+    ids=["dag", "groups"])
+
+
+@_screened_graphs
 def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first(
         graph: Graph) -> None:
     from policies.moves import Moves
@@ -507,9 +511,7 @@ def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first(
         where, ranked = chosen  # the screened chain goes on from its own state's arrays
 
 
-@pytest.mark.parametrize("graph", [random_dag(60, seed=3),
-                                   training_graph(build_model("vgg16", batch=2), "adam")],
-                         ids=["dag", "groups"])
+@_screened_graphs
 def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
         graph: Graph, monkeypatch: pytest.MonkeyPatch) -> None:
     # the screen works each candidate's arrays out from what its move changed, and takes
@@ -594,9 +596,7 @@ def test_a_state_given_from_outside_is_refused_with_a_device_out_of_range(screen
             moves.estimate(where, list(p.names))
 
 
-@pytest.mark.parametrize("graph", [random_dag(80, seed=5),
-                                   training_graph(build_model("vgg16", batch=2), "adam")],
-                         ids=["dag", "groups"])
+@_screened_graphs
 def test_a_proposal_depends_on_the_state_and_the_draws_alone_not_on_the_chain_s_path(
         graph: Graph) -> None:
     # a chain keeps its state's arrays and takes over those of the move it proposed: back
