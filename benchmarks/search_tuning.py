@@ -93,8 +93,8 @@ class Setting:
             yield
 
 
-def _settings(betas: list[float], segments: list[float], chain_screens: list[int],
-              keyed: list[float], sigmas: list[float], screens: list[int],
+def _settings(betas: list[float], segments: list[float], screens: list[int],
+              keyed: list[float], sigmas: list[float], key_screens: list[int],
               selects: list[str]) -> list[Setting]:
     # runs of units, screened moves and the priority search on graphs of any size (for
     # the small graphs)
@@ -104,12 +104,12 @@ def _settings(betas: list[float], segments: list[float], chain_screens: list[int
     return ([Setting(f"beta {b:g}", MCMC(beta=b)) for b in betas]
             + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]
             + [Setting(f"screen {k}", MCMC(screen=k), screened_anywhere)
-               for k in chain_screens]
+               for k in screens]
             + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
                for x in sigmas]
             + [Setting(f"key screen {k}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", k)))
-               for k in screens]
+               for k in key_screens]
             + [Setting(f"key select {x}", MCMC(), (*keyed_anywhere, (keys, "SELECT", x)))
                for x in selects])
 
@@ -171,8 +171,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
-    chain_screens = _counts(parser, args.screens, "--screens", 1, required=False)
-    screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
+    screens = _counts(parser, args.screens, "--screens", 1, required=False)
+    key_screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
     seeds = _counts(parser, args.seeds, "--seeds", 0, required=True)
     selects = [x for x in args.key_selects.split(",") if x]
     if not set(selects) <= {"earliest", "optimistic"}:
@@ -180,7 +180,7 @@ def main() -> None:
                      f"got {args.key_selects!r}")
     betas, segments, keyed, sigmas = ([float(x) for x in text.split(",") if x] for text in
                                       (args.betas, args.segments, args.keyed, args.key_sigmas))
-    settings = _settings(betas, segments, chain_screens, keyed, sigmas, screens, selects)
+    settings = _settings(betas, segments, screens, keyed, sigmas, key_screens, selects)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(

@@ -471,6 +471,22 @@ def test_the_benchmark_takes_a_search_already_run_on_a_cell_for_the_same_policy(
     assert len(calls) == 8 and fresh.searches is None
 
 
+def _interpreted_makespan(p: Problem, where: list[int], ranked: list[str]) -> float:
+    """The contention-free makespan of chain state ``(where, ranked)``, interpreted, from
+    its ``Plan`` (each op where its lead is, each device's ops in the order)."""
+    from policies.plans import Plan, split_by_device
+    from policies.problem import model_makespan
+
+    devices = dict(zip(p.names, (p.devices[d] for d in p.follow_leads(where)), strict=True))
+    return model_makespan(Plan(p.graph, devices, split_by_device(ranked, devices)),
+                          p.cluster, p.cost)
+
+
+def _on_last_devices(p: Problem) -> list[int]:
+    """Each op on the last device that runs it: a chain state (with the graph's order)."""
+    return [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+
+
 #: Graphs of more than 32 units, the chain's moves screened: plain, and with groups.
 _screened_graphs = pytest.mark.parametrize(
     "graph", [random_dag(60, seed=3), training_graph(build_model("vgg16", batch=2), "adam")],
@@ -481,29 +497,20 @@ _screened_graphs = pytest.mark.parametrize(
 def test_a_screened_move_is_the_drawn_one_the_contention_free_model_puts_first(
         graph: Graph) -> None:
     from policies.moves import Moves
-    from policies.plans import Plan, split_by_device
-    from policies.problem import model_makespan
 
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
     p = Problem(graph, cluster, cost)
 
-    def makespan(where: list[int], ranked: list[str]) -> float:  # interpreted, from a Plan
-        devices = dict(zip(p.names, (p.devices[d] for d in p.follow_leads(where)),
-                           strict=True))
-        return model_makespan(Plan(graph, devices, split_by_device(ranked, devices)),
-                              cluster, cost)
-
     # the same seed: the screened chain draws the moves the plain one proposes, in turn
     plain = Moves(p, 0.3, np.random.default_rng(5))
     screened = Moves(p, 0.3, np.random.default_rng(5), screen=6)
-    # each op on the last device that runs it, in the graph's (topological) order
-    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    where = _on_last_devices(p)
     ranked = list(p.names)
     for _ in range(8):
         drawn = [plain.propose(where, ranked) for _ in range(6)]
         assert all(move is not None for move in drawn)
-        lengths = [makespan(*move) for move in drawn if move is not None]
+        lengths = [_interpreted_makespan(p, *move) for move in drawn if move is not None]
         expected = drawn[int(np.argmin(lengths))]
         chosen = screened.propose(where, ranked)
         assert chosen == expected and chosen is not None
@@ -517,8 +524,6 @@ def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
     # the screen works each candidate's arrays out from what its move changed, and takes
     # the chosen one's over as the next state's: each must be the drawn state's own
     from policies.moves import Moves
-    from policies.plans import Plan, split_by_device
-    from policies.problem import model_makespan
 
     cluster = get_cluster("hetero-box")
     cost = RooflineCost(cluster)
@@ -540,7 +545,7 @@ def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
 
     monkeypatch.setattr(moves, "draw", drawing)
     monkeypatch.setattr(moves, "_schedule_length", measuring)
-    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    where = _on_last_devices(p)
     ranked = list(p.names)
     for step in range(30):
         chosen = moves.propose(where, ranked)
@@ -550,10 +555,7 @@ def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
     assert len(drawn) == len(lengths) == 30 * 6
     assert {len(set(ranked)) for _, ranked in drawn} == {p.n}
     for (where, ranked), estimate in zip(drawn, lengths, strict=True):
-        devices = dict(zip(p.names, (p.devices[d] for d in p.follow_leads(where)),
-                           strict=True))
-        plan = Plan(graph, devices, split_by_device(ranked, devices))
-        assert estimate == model_makespan(plan, cluster, cost)  # to the bit
+        assert estimate == _interpreted_makespan(p, where, ranked)  # to the bit
 
 
 def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_interpreted(
@@ -609,7 +611,7 @@ def test_a_proposal_depends_on_the_state_and_the_draws_alone_not_on_the_chain_s_
     cluster = get_cluster("hetero-box")
     p = Problem(graph, cluster, RooflineCost(cluster))
     moves = Moves(p, 0.3, np.random.default_rng(9), screen=6)
-    where = [int(np.flatnonzero(np.isfinite(p.times[i]))[-1]) for i in range(p.n)]
+    where = _on_last_devices(p)
     ranked = list(p.names)
     visited = [(where, ranked)]
     for step in range(24):
