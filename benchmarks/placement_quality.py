@@ -9,8 +9,8 @@
 4. The list scheduler compiled (:mod:`policies.compiled`) against the interpreted one, in
    the same run: HEFT's and the priority search's decoder on part 3's graph and on two
    training steps (median of repeated decodes under perturbed priorities, the schedules
-   checked equal), and ``mcmc`` at 500 evaluations on each step both ways (the plans
-   checked equal).
+   checked equal), and ``mcmc`` at 500 evaluations on each step both ways, its chain's
+   screen too (the plans checked equal).
 5. Checking a plan: a search candidate with the priorities ``mcmc`` gives it, checked
    through the one order they give (every edge and every device's order must follow it,
    checked in arrays), against the same plan checked in full (strongly connected
@@ -38,6 +38,7 @@ from policies import POLICIES, plan
 from policies.bounds import lower_bound
 from policies.keys import PredictedFinish
 from policies.listsched import HEFT, ready_order
+from policies.moves import Moves
 from policies.optimal import Optimal
 from policies.plans import Plan, split_by_device
 from policies.problem import Problem, model_makespan
@@ -159,18 +160,18 @@ def _decode_seconds(p: Problem, chooser: HEFT, repeats: int) -> tuple[float, flo
 
 def _search_seconds(graph: Graph, cluster: Cluster, cost: RooflineCost,
                     evals: int) -> tuple[float, float]:
-    """Seconds of ``mcmc`` (simulator in the loop) with the compiled scheduler and with the
-    interpreted one (the plans must agree)."""
+    """Seconds of ``mcmc`` (simulator in the loop) with the compiled scheduler and chain's
+    screen and with the interpreted ones (the plans must agree)."""
     seconds, plans = [], []
     for compiled in (True, False):
-        HEFT.compiled = PredictedFinish.compiled = compiled
+        HEFT.compiled = PredictedFinish.compiled = Moves.compiled = compiled
         try:
             start = time.perf_counter()
             plans.append(plan(graph, cluster, f"mcmc:evals={evals}", cost,
                               evaluate=search_evaluator(graph, cluster, cost, links="fair")))
             seconds.append(time.perf_counter() - start)
         finally:
-            HEFT.compiled = PredictedFinish.compiled = True
+            HEFT.compiled = PredictedFinish.compiled = Moves.compiled = True
     if plans[0].placement != plans[1].placement or plans[0].order != plans[1].order:
         raise AssertionError(f"mcmc's plans differ on {graph.name}")
     return seconds[0], seconds[1]

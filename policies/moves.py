@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,6 +45,12 @@ KINDS = ("neighbour", "swap", "device", "segment", "order")
 class Moves:
     """Proposes the chain's next state ``(where, ranked)`` from its current one: each
     op's device index and a global order (see the module)."""
+
+    #: Whether contention-free makespans run compiled
+    #: (:func:`policies.compiled.schedule_length`) where the transfer table fits; off,
+    #: interpreted (:func:`policies.problem.schedule_length`, the same to the bit), as
+    #: ``benchmarks/placement_quality.py`` times them.
+    compiled: ClassVar[bool] = True
 
     def __init__(self, problem: Problem, segments: float, rng: np.random.Generator,
                  screen: int = 1) -> None:
@@ -151,12 +158,13 @@ class Moves:
         compiled where the transfer table fits, else interpreted. The indices' range is
         not checked again: a state is checked where it comes from outside
         (:meth:`_check`), and the moves drawn from it stay in range."""
-        from policies.compiled import schedule_length as compiled
+        if self.compiled:
+            from policies.compiled import schedule_length as compiled
 
-        length = compiled(self.problem, devices, sequence, check=False)
-        if length is None:
-            return schedule_length(self.problem, devices.tolist(), sequence.tolist())
-        return length
+            length = compiled(self.problem, devices, sequence, check=False)
+            if length is not None:
+                return length
+        return schedule_length(self.problem, devices.tolist(), sequence.tolist())
 
     def _current(self, where: list[int], ranked: list[str]) -> _State:
         """State ``(where, ranked)``'s arrays, kept while the chain stays there (it never

@@ -3,6 +3,7 @@ simulator)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -556,6 +557,35 @@ def test_each_screened_estimate_is_the_interpreted_makespan_of_the_move_drawn(
     assert {len(set(ranked)) for _, ranked in drawn} == {p.n}
     for (where, ranked), estimate in zip(drawn, lengths, strict=True):
         assert estimate == _interpreted_makespan(p, where, ranked)  # to the bit
+
+
+def test_an_interpreted_screen_proposes_what_the_compiled_one_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # what benchmarks/placement_quality.py times both ways: the same proposals, and the
+    # interpreted chain never calls the compiled model
+    from policies import compiled
+    from policies.moves import Moves
+
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    p = Problem(random_dag(60, seed=3), cluster, cost)
+    fast = Moves(p, 0.3, np.random.default_rng(2), screen=6)
+    slow = Moves(p, 0.3, np.random.default_rng(2), screen=6)
+    monkeypatch.setattr(slow, "compiled", False)
+    states = [(_on_last_devices(p), list(p.names))]
+    for _ in range(20):
+        moved = fast.propose(*states[-1])
+        assert moved is not None
+        states.append(moved)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the compiled model was called")
+
+    monkeypatch.setattr(compiled, "schedule_length", refused)
+    for state, expected in itertools.pairwise(states):
+        assert slow.propose(*state) == expected and slow.estimate(*expected) == \
+            _interpreted_makespan(p, *expected)
+
 
 
 def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_interpreted(
