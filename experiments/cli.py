@@ -297,6 +297,8 @@ def _add_run_commands(sub: Any) -> None:
                    help="run every plan in this many turns over the whole validation, so a "
                         "slow phase of the machine falls on one turn (default 3)")
     p.add_argument("--out", help="results table (.parquet, or .csv)")
+    p.add_argument("--ops", help="each op of each run, measured against its prediction, "
+                   "with the source that priced it (.parquet, or .csv)")
     p.add_argument("--plot", help="predicted vs measured (.png or .svg)")
     _add_json(p)
     p.set_defaults(func=cmd_validate)

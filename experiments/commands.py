@@ -71,7 +71,7 @@ FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
     "simulate": {"gantt": FIGURE, "trace": (".json",)},
     "run": {"trace": (".json",)},
     "calibrate": {"out": (".toml",), "plot": FIGURE},
-    "validate": {"out": (".parquet", ".csv"), "plot": FIGURE},
+    "validate": {"out": (".parquet", ".csv"), "ops": (".parquet", ".csv"), "plot": FIGURE},
     "model": {"save": (".json",)},
 }
 

@@ -141,12 +141,18 @@ def cmd_validate(args: argparse.Namespace) -> None:
     if not graphs:
         raise PlacelabError("validate: expected --models or --graph, got neither")
     then = doc.run.reference_ms / 1e3 if doc is not None and doc.run else 0.0
+    tables: list[pd.DataFrame] = []
     df = validate(engine, graphs, split(args.policies, "policies"), repeats=args.repeats,
                   warmup=args.warmup, progress=_progress(args, "running plans"),
                   min_seconds=args.min_seconds, rounds=args.rounds,
-                  speed=(lambda: reference_seconds(engine) / then) if then else None)
+                  speed=(lambda: reference_seconds(engine) / then) if then else None,
+                  on_ops=lambda graph, policy, table: tables.append(
+                      table.assign(graph=graph, policy=policy)))
+    ops = _op_rows(tables)
     if args.out:
         write_results(df, args.out)
+    if args.ops:
+        write_results(ops, args.ops)
     if args.plot:
         _plot_validation(df, args.plot)
     data = {"cluster": engine.cluster().name, "rows": df.to_dict(orient="records"),
@@ -154,8 +160,28 @@ def cmd_validate(args: argparse.Namespace) -> None:
             "max_abs_error": float(df["error"].abs().max()), "out": args.out,
             "plot": args.plot,
             "machine_slower": None if not then else float(df["slower"].median()),
-            "round_spread": float(df["round_spread"].median())}
+            "round_spread": float(df["round_spread"].median()), "ops": args.ops,
+            "op_kinds": _op_kinds(ops)}
     emit(args, data, _validation_text(df, data))
+
+
+def _op_rows(tables: list[pd.DataFrame]) -> pd.DataFrame:
+    """Every run's ops measured against their predictions, graph and policy first."""
+    import pandas as pd
+
+    columns = ["graph", "policy", "op", "kind", "device", "measured_s", "predicted_s",
+               "error", "source"]
+    return pd.concat(tables, ignore_index=True)[columns] if tables else \
+        pd.DataFrame(columns=columns)
+
+
+def _op_kinds(ops: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per op kind, over every run: how many ops were measured and the median of their
+    errors (signed), furthest off first."""
+    kinds = ops.groupby("kind")["error"].agg(["size", "median"])
+    kinds = kinds.reindex(kinds["median"].abs().sort_values(ascending=False).index)
+    return {str(k): {"ops": int(r["size"]), "median_error": float(r["median"])}
+            for k, r in kinds.iterrows()}
 
 
 def _calibration_doc(path: str | None) -> Any:
@@ -190,7 +216,11 @@ def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
                      f"{r.predicted_s * 1e3:12.2f} {r.error:7.1%} "
                      f"{_pct(r.op_error_median)} {_pct(r.memory_error_max)} {tau:>5}  "
                      f"{_sources(r)}")
-    for what in ("out", "plot"):
+    kinds = list(data["op_kinds"].items())[:3]
+    if kinds:
+        lines.append("ops furthest off (median error by kind): " + ", ".join(
+            f"{k} {v['median_error']:+.0%} ({v['ops']} ops)" for k, v in kinds))
+    for what in ("out", "ops", "plot"):
         if data[what]:
             lines.append(f"{what}: {data[what]}")
     return "\n".join(lines)

@@ -35,15 +35,16 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from hwmodels.cost import CostModel
+    from policies.plans import Plan
     from runtime.executor import RunResult
 
-__all__ = ["engine_cost", "op_errors", "order_kept", "rank_agreement", "validate"]
+__all__ = ["engine_cost", "op_errors", "op_table", "order_kept", "rank_agreement", "validate"]
 
 
-def op_errors(measured: Mapping[str, float], simulated: pd.DataFrame) -> np.ndarray:
-    """Relative error of each op's simulated duration against how long it kept its device
-    busy for real (``RunResult.op_busy_s``: ops that took measurable time, joined on the
-    op's name)."""
+def _joined(measured: Mapping[str, float], simulated: pd.DataFrame
+            ) -> tuple[pd.Series, pd.Series]:
+    """Each op's busy time for real and its simulated duration, by name: the ops that
+    took measurable time in both."""
     import pandas as pd
 
     ops = simulated[simulated["kind"] == "compute"]
@@ -52,7 +53,50 @@ def op_errors(measured: Mapping[str, float], simulated: pd.DataFrame) -> np.ndar
     both = real.index.intersection(sim.index)
     real, sim = real[both], sim[both]
     keep = (real > 1e-7) & (sim > 0)
-    return np.abs(sim[keep].to_numpy() / real[keep].to_numpy() - 1)
+    return real[keep], sim[keep]
+
+
+def op_errors(measured: Mapping[str, float], simulated: pd.DataFrame) -> np.ndarray:
+    """Relative error of each op's simulated duration against how long it kept its device
+    busy for real (``RunResult.op_busy_s``: ops that took measurable time, joined on the
+    op's name)."""
+    real, sim = _joined(measured, simulated)
+    return np.abs(sim.to_numpy() / real.to_numpy() - 1)
+
+
+def op_table(plan: Plan, measured: Mapping[str, float], simulated: pd.DataFrame,
+             cost: CostModel) -> pd.DataFrame:
+    """Per op of ``plan`` that took measurable time both for real and in the simulation
+    (the ops :func:`op_errors` joins), graph order: its kind, its device, how long it kept
+    the device busy for real (``measured_s``, from ``RunResult.op_busy_s``), how long the
+    simulation ran it (``predicted_s``, from the trace ``simulated``), the relative
+    ``error``, and which of ``cost``'s sources priced it (``source``): where a model is
+    off, op by op.
+
+    >>> from policies import plan
+    >>> from runtime import NumpyEngine, execute
+    >>> from sim.engine import simulate
+    >>> from workloads import build_model
+    >>> engine = NumpyEngine(devices=1)
+    >>> cost = engine_cost(engine)
+    >>> p = plan(build_model("mlp", batch=2), engine.cluster(), "single_device", cost)
+    >>> ran = execute(p, engine, repeats=1)
+    >>> table = op_table(p, ran.op_busy_s, simulate(p, engine.cluster(), cost).trace, cost)
+    >>> sorted(set(table["kind"])), set(table["source"])
+    (['linear', 'relu', 'softmax'], {'roofline'})
+    """
+    import pandas as pd
+
+    real, sim = _joined(measured, simulated)
+    graph = plan.graph
+    names = graph.arrays.names
+    sources = dict(zip(names, cost.sources(graph, plan.placement), strict=True))
+    rows = [{"op": name, "kind": graph.op(name).kind, "device": plan.placement[name],
+             "measured_s": float(real[name]), "predicted_s": float(sim[name]),
+             "error": float(sim[name] / real[name] - 1), "source": sources[name]}
+            for name in names if name in real.index]
+    columns = ["op", "kind", "device", "measured_s", "predicted_s", "error", "source"]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def rank_agreement(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
@@ -97,12 +141,15 @@ def order_kept(predicted: Sequence[float], low: Sequence[float], high: Sequence[
 
 def _row(graph: str, policy: str, engine: Engine, plan: Any,
          run: tuple[RunResult, float], baselines: Mapping[str, CostModel],
-         slower: float | None, cost: CostModel) -> dict[str, Any]:
+         slower: float | None, cost: CostModel,
+         on_ops: Callable[[str, str, pd.DataFrame], None] | None) -> dict[str, Any]:
     from sim.engine import simulate
 
     cluster = engine.cluster()
     measured, spread = run
     predicted = simulate(plan, cluster, cost)
+    if on_ops is not None:
+        on_ops(graph, policy, op_table(plan, measured.op_busy_s, predicted.trace, cost))
     others: dict[str, float] = {}
     for name, cost in baselines.items():  # the same run, predicted by another model
         seconds = simulate(plan, cluster, cost).makespan_s
@@ -136,7 +183,8 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
              baselines: Mapping[str, CostModel] | None = None, min_seconds: float = 0.0,
              speed: Callable[[], float] | None = None, rounds: int = 3,
              progress: Callable[[Iterable[Any]], Iterable[Any]] = iter,
-             cost: CostModel | None = None) -> pd.DataFrame:
+             cost: CostModel | None = None,
+             on_ops: Callable[[str, str, pd.DataFrame], None] | None = None) -> pd.DataFrame:
     """One row per (graph, policy); ``rank_tau`` repeats the graph's Kendall tau and
     ``order_kept`` whether the simulator orders no two of its plans against the
     measurements (see :func:`order_kept`).
@@ -151,7 +199,9 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
     of the prediction scaled by it. ``cost`` prices the plans and their simulation (the
     engine's own model, :func:`engine_cost`, by default); columns ``from_profile``,
     ``from_shape_table``, ``from_predictor`` and ``from_roofline`` give the share of the
-    predicted op time each source priced."""
+    predicted op time each source priced. ``on_ops``, where given, is called with each
+    graph's label, the policy and the run's :func:`op_table` (each op measured against its
+    prediction)."""
     import pandas as pd
 
     from policies.base import plan
@@ -167,7 +217,7 @@ def validate(engine: Engine, graphs: Mapping[str, Graph], policies: Sequence[str
                             after_turn=lambda: speeds.append(speed()) if speed else None,
                             progress=progress)
     slower = statistics.median(speeds) if speeds else None
-    rows = [_row(name, policy, engine, p, m, baselines or {}, slower, cost)
+    rows = [_row(name, policy, engine, p, m, baselines or {}, slower, cost, on_ops)
             for (name, policy), p, m in zip(cases, plans, measured, strict=True)]
     df = pd.DataFrame(rows)
     groups = df.groupby("graph", sort=False)

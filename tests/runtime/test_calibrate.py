@@ -21,7 +21,7 @@ from runtime import NumpyEngine
 from runtime.calibrate import Calibration
 from runtime.fitting import fit_link, fit_samples
 from runtime.microbench import Sample
-from runtime.validate import op_errors, rank_agreement
+from runtime.validate import op_errors, op_table, rank_agreement
 from workloads import GraphBuilder, Op, build_model
 
 
@@ -148,6 +148,69 @@ def test_op_errors_join_the_busy_times_and_the_trace_on_names() -> None:
                               for n, d in (("a", 1.5), ("b", 1.0), ("z", 9.0))])
     errors = op_errors({"a": 1.0, "b": 2.0, "c": 1.0}, simulated)
     assert sorted(errors.tolist()) == [0.5, 0.5]
+
+
+def test_an_op_table_joins_busy_times_the_trace_and_the_sources_on_names() -> None:
+    import pandas as pd
+
+    from hwmodels.cost import TableCost
+    from policies.plans import Plan
+
+    g = build_model("mlp", batch=2)
+    names = list(g.arrays.names)
+    ran, idle = names[-3:], names[0]  # three ops measured; the first only simulated
+    cluster = NumpyEngine(devices=2).cluster()
+    devices = cluster.device_names
+    placement = {n: devices[i % 2] for i, n in enumerate(names)}
+    order = {d: tuple(n for n in names if placement[n] == d) for d in devices}
+    p = Plan(g, placement, order)
+    cost = TableCost(cluster, {n: {d: 1e-3 for d in devices} for n in names})
+    simulated = pd.DataFrame(
+        [{"name": n, "kind": "compute", "start_s": 1.0, "end_s": 1.0 + 0.002 * (k + 1)}
+         for k, n in enumerate(names)]
+        + [{"name": ran[0], "kind": "transfer", "start_s": 0.0, "end_s": 5.0}])
+    measured = {ran[0]: 0.004, ran[1]: 0.001, ran[2]: 0.003, "not-an-op": 1.0, idle: 0.0}
+    table = op_table(p, measured, simulated, cost)
+    assert list(table["op"]) == ran  # graph order, the ops measured and simulated
+    assert list(table["device"]) == [placement[n] for n in ran]
+    assert list(table["kind"]) == [g.op(n).kind for n in ran]
+    k = len(names)
+    assert table["predicted_s"].tolist() == pytest.approx([0.002 * (k - 2), 0.002 * (k - 1),
+                                                           0.002 * k])
+    assert table["error"].tolist() == pytest.approx(
+        [0.002 * (k - 2) / 0.004 - 1, 0.002 * (k - 1) / 0.001 - 1, 0.002 * k / 0.003 - 1])
+    assert set(table["source"]) == {"table"}
+    assert sorted(np.abs(table["error"])) == pytest.approx(
+        sorted(op_errors(measured, simulated)))
+
+
+def test_validate_writes_each_op_against_its_prediction(tmp_path, capsys) -> None:
+    import pandas as pd
+
+    ops = tmp_path / "ops.csv"
+    assert main(["validate", "--devices", "1", "--models", "mlp", "--policies",
+                 "single_device", "--repeats", "1", "--min-seconds", "0", "--rounds", "1",
+                 "--ops", str(ops), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    table = pd.read_csv(ops)
+    assert list(table.columns) == ["graph", "policy", "op", "kind", "device", "measured_s",
+                                   "predicted_s", "error", "source"]
+    assert set(table["graph"]) == {"mlp"} and set(table["device"]) == {"cpu0"}
+    assert set(table["op"]) <= set(build_model("mlp").arrays.names)
+    assert (table["measured_s"] > 0).all() and (table["predicted_s"] > 0).all()
+    assert table["error"].to_numpy() == pytest.approx(
+        table["predicted_s"] / table["measured_s"] - 1)
+    kinds = report["op_kinds"]  # by kind, furthest off first
+    assert {k: v["ops"] for k, v in kinds.items()} == table["kind"].value_counts().to_dict()
+    medians = [v["median_error"] for v in kinds.values()]
+    assert medians == pytest.approx([float(table[table["kind"] == k]["error"].median())
+                                     for k in kinds])
+    assert [abs(m) for m in medians] == sorted((abs(m) for m in medians), reverse=True)
+    assert report["rows"][0]["op_error_median"] == pytest.approx(
+        float(table["error"].abs().median()))
+    assert main(["validate", "--models", "mlp", "--ops", str(tmp_path / "ops.txt")]) == 2
+    assert "--ops " in capsys.readouterr().err
+    assert not (tmp_path / "ops.txt").exists()
 
 
 def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
