@@ -77,12 +77,15 @@ FORMATS: dict[str, dict[str, tuple[str, ...]]] = {
 
 
 def check_outputs(args: argparse.Namespace) -> None:
+    taken = "json" if args.json else ""  # what standard output carries already
     for option, suffixes in FORMATS.get(args.command, {}).items():
         path = getattr(args, option, None)
         if not path or (path == STDOUT and option in ("trace", "save")):
             continue
-        if path == STDOUT and args.json:
-            raise PlacelabError(f"--{option} -: standard output already carries --json")
+        if path == STDOUT and taken:
+            raise PlacelabError(f"--{option} -: standard output already carries --{taken}")
+        if path == STDOUT:
+            taken = option
         if path != STDOUT and Path(path).suffix.lower() not in suffixes:
             raise PlacelabError(f"--{option} {path}: expected a file ending in "
                                 f"{', '.join(suffixes)}, got {Path(path).suffix or 'none'!r}")

@@ -179,7 +179,8 @@ def _op_kinds(ops: pd.DataFrame) -> dict[str, dict[str, Any]]:
     """Per op kind, over every run: how many ops were measured and the median of their
     errors (signed), furthest off first."""
     kinds = ops.groupby("kind")["error"].agg(["size", "median"])
-    kinds = kinds.reindex(kinds["median"].abs().sort_values(ascending=False).index)
+    kinds = kinds.reindex(kinds["median"].abs().sort_values(ascending=False,
+                                                            kind="stable").index)
     return {str(k): {"ops": int(r["size"]), "median_error": float(r["median"])}
             for k, r in kinds.iterrows()}
 
@@ -219,7 +220,8 @@ def _validation_text(df: pd.DataFrame, data: dict[str, Any]) -> str:
     kinds = list(data["op_kinds"].items())[:3]
     if kinds:
         lines.append("ops furthest off (median error by kind): " + ", ".join(
-            f"{k} {v['median_error']:+.0%} ({v['ops']} ops)" for k, v in kinds))
+            f"{k} {v['median_error']:+.0%} ({v['ops']} op{'s' * (v['ops'] != 1)})"
+            for k, v in kinds))
     for what in ("out", "ops", "plot"):
         if data[what]:
             lines.append(f"{what}: {data[what]}")

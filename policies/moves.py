@@ -60,7 +60,7 @@ class Moves:
         :data:`SEGMENT_FROM` units; ``screen``: the moves drawn per proposal, of which the
         one of least contention-free makespan is proposed, on graphs of more than
         :data:`SCREEN_FROM` units whose transfer times tabulate
-        (:func:`policies.compiled.comm_table`: the model runs compiled)."""
+        (:func:`policies.compiled.comm_table`: the model can run compiled)."""
         self.problem, self.rng = problem, rng
         p = problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
@@ -137,8 +137,8 @@ class Moves:
 
     def estimate(self, where: list[int], ranked: list[str]) -> float:
         """The contention-free makespan of state ``(where, ranked)``: compiled where the
-        transfer table fits (:func:`policies.compiled.schedule_length`), else
-        interpreted.
+        transfer table fits and :attr:`compiled` is on
+        (:func:`policies.compiled.schedule_length`), else interpreted.
 
         >>> from hwmodels import RooflineCost, get_cluster
         >>> from workloads import build_model
@@ -155,7 +155,8 @@ class Moves:
 
     def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray) -> float:
         """The contention-free makespan of each op on ``devices``, in order ``sequence``:
-        compiled where the transfer table fits, else interpreted. The indices' range is
+        compiled where the transfer table fits and :attr:`compiled` is on, else
+        interpreted. The indices' range is
         not checked again: a state is checked where it comes from outside
         (:meth:`_check`), and the moves drawn from it stay in range."""
         if self.compiled:

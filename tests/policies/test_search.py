@@ -587,7 +587,6 @@ def test_an_interpreted_screen_proposes_what_the_compiled_one_does(
             _interpreted_makespan(p, *expected)
 
 
-
 def test_without_a_transfer_table_moves_are_not_screened_and_estimates_are_interpreted(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from policies import compiled

@@ -4,6 +4,7 @@ as the hardware catalog and the cost model read it, and validation's statistics.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 
@@ -153,8 +154,9 @@ def test_op_errors_join_the_busy_times_and_the_trace_on_names() -> None:
 def test_an_op_table_joins_busy_times_the_trace_and_the_sources_on_names() -> None:
     import pandas as pd
 
-    from hwmodels.cost import TableCost
+    from hwmodels.cost import Placement, TableCost
     from policies.plans import Plan
+    from workloads.graph import Graph
 
     g = build_model("mlp", batch=2)
     names = list(g.arrays.names)
@@ -164,7 +166,12 @@ def test_an_op_table_joins_busy_times_the_trace_and_the_sources_on_names() -> No
     placement = {n: devices[i % 2] for i, n in enumerate(names)}
     order = {d: tuple(n for n in names if placement[n] == d) for d in devices}
     p = Plan(g, placement, order)
-    cost = TableCost(cluster, {n: {d: 1e-3 for d in devices} for n in names})
+
+    class Named(TableCost):  # a source per op, so each row must carry its own op's
+        def sources(self, graph: Graph, placement: Placement) -> list[str]:
+            return [f"from {n}" for n in graph.arrays.names]
+
+    cost = Named(cluster, {n: {d: 1e-3 for d in devices} for n in names})
     simulated = pd.DataFrame(
         [{"name": n, "kind": "compute", "start_s": 1.0, "end_s": 1.0 + 0.002 * (k + 1)}
          for k, n in enumerate(names)]
@@ -179,7 +186,7 @@ def test_an_op_table_joins_busy_times_the_trace_and_the_sources_on_names() -> No
                                                            0.002 * k])
     assert table["error"].tolist() == pytest.approx(
         [0.002 * (k - 2) / 0.004 - 1, 0.002 * (k - 1) / 0.001 - 1, 0.002 * k / 0.003 - 1])
-    assert set(table["source"]) == {"table"}
+    assert list(table["source"]) == [f"from {n}" for n in ran]  # each op its own
     assert sorted(np.abs(table["error"])) == pytest.approx(
         sorted(op_errors(measured, simulated)))
 
@@ -208,9 +215,23 @@ def test_validate_writes_each_op_against_its_prediction(tmp_path, capsys) -> Non
     assert [abs(m) for m in medians] == sorted((abs(m) for m in medians), reverse=True)
     assert report["rows"][0]["op_error_median"] == pytest.approx(
         float(table["error"].abs().median()))
+    assert main(["validate", "--devices", "1", "--models", "mlp", "--policies",
+                 "single_device", "--repeats", "1", "--min-seconds", "0", "--rounds", "1",
+                 "--ops", str(ops)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ops furthest"))
+    named = line.removeprefix("ops furthest off (median error by kind): ").split(", ")
+    assert len(named) == min(3, len(kinds))
+    for text in named:  # "linear +12% (3 ops)", "softmax -4% (1 op)"
+        found = re.fullmatch(r"(\S+) [+-]\d+% \((\d+) op(s?)\)", text)
+        assert found is not None, text
+        kind, count, plural = found.groups()
+        assert kinds[kind]["ops"] == int(count) and (plural == "s") == (count != "1")
     assert main(["validate", "--models", "mlp", "--ops", str(tmp_path / "ops.txt")]) == 2
     assert "--ops " in capsys.readouterr().err
     assert not (tmp_path / "ops.txt").exists()
+    assert main(["validate", "--models", "mlp", "--out", "-", "--ops", "-"]) == 2
+    assert capsys.readouterr().err.strip().endswith(
+        "--ops -: standard output already carries --out")
 
 
 def test_calibrate_and_validate_from_the_command_line(tmp_path, capsys) -> None:
