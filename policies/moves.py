@@ -156,9 +156,8 @@ class Moves:
     def _schedule_length(self, devices: np.ndarray, sequence: np.ndarray) -> float:
         """The contention-free makespan of each op on ``devices``, in order ``sequence``:
         compiled where the transfer table fits and :attr:`compiled` is on, else
-        interpreted. The indices' range is
-        not checked again: a state is checked where it comes from outside
-        (:meth:`_check`), and the moves drawn from it stay in range."""
+        interpreted. The indices' range is not checked again: a state is checked where it
+        comes from outside (:meth:`_check`), and the moves drawn from it stay in range."""
         if self.compiled:
             from policies.compiled import schedule_length as compiled
 
