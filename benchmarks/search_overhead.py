@@ -76,9 +76,13 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
     search = _Search(MCMC(), graph, cluster, cost, lambda _: 0.0)
     problem = search.problem
     start = search.state(plan(graph, cluster, "heft", cost))
-    ms = {screen: 1e3 * min(walk(problem, start, screen, proposals)[0]
-                            for _ in range(rounds)) for screen in SCREENS}
-    candidates = walk(problem, start, SCREENS[-1], proposals)[1]
+    ms = {}
+    for screen in SCREENS:  # the same walk each round; the screened one's candidates kept
+        spent = []
+        for _ in range(rounds):
+            seconds, candidates = walk(problem, start, screen, proposals)
+            spent.append(seconds)
+        ms[screen] = 1e3 * min(spent)
     plans = [search.score(where, ranked)[1] for where, ranked in candidates]
     build = mean_ms(lambda: [search.score(*state) for state in candidates], len(plans),
                     rounds)

@@ -169,8 +169,9 @@ def _op_rows(tables: list[pd.DataFrame]) -> pd.DataFrame:
     """Every run's ops measured against their predictions, graph and policy first."""
     import pandas as pd
 
-    columns = ["graph", "policy", "op", "kind", "device", "measured_s", "predicted_s",
-               "error", "source"]
+    from runtime.validate import OP_COLUMNS
+
+    columns = ["graph", "policy", *OP_COLUMNS]
     return pd.concat(tables, ignore_index=True)[columns] if tables else \
         pd.DataFrame(columns=columns)
 

@@ -38,7 +38,11 @@ if TYPE_CHECKING:
     from policies.plans import Plan
     from runtime.executor import RunResult
 
-__all__ = ["engine_cost", "op_errors", "op_table", "order_kept", "rank_agreement", "validate"]
+__all__ = ["OP_COLUMNS", "engine_cost", "op_errors", "op_table", "order_kept",
+           "rank_agreement", "validate"]
+
+#: The columns of :func:`op_table`.
+OP_COLUMNS = ("op", "kind", "device", "measured_s", "predicted_s", "error", "source")
 
 
 def _joined(measured: Mapping[str, float], simulated: pd.DataFrame
@@ -95,8 +99,7 @@ def op_table(plan: Plan, measured: Mapping[str, float], simulated: pd.DataFrame,
              "measured_s": float(real[name]), "predicted_s": float(sim[name]),
              "error": float(sim[name] / real[name] - 1), "source": sources[name]}
             for name in names if name in real.index]
-    columns = ["op", "kind", "device", "measured_s", "predicted_s", "error", "source"]
-    return pd.DataFrame(rows, columns=columns)
+    return pd.DataFrame(rows, columns=list(OP_COLUMNS))
 
 
 def rank_agreement(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
