@@ -29,6 +29,7 @@ from benchmarks.machine import describe, record
 from hwmodels import RooflineCost, get_cluster
 from policies import plan
 from policies.moves import Moves
+from policies.plans import Plan
 from policies.problem import Problem
 from policies.search import MCMC, _Search
 from sim import search_evaluator
@@ -41,9 +42,11 @@ SCREENS = (1, MCMC().screen)
 
 
 def walk(problem: Problem, start: tuple[list[int], list[str]], screen: int,
-         proposals: int) -> tuple[float, list[tuple[list[int], list[str]]]]:
+         proposals: int) -> tuple[float, list[tuple[np.ndarray, np.ndarray]]]:
     """Mean seconds a proposal of a chain with ``screen`` takes from ``start``, and its
-    candidates; a candidate the model puts no slower becomes the chain's state."""
+    candidates as the search builds plans from them (each op's device and the global
+    order's op indices, which the proposal worked out); a candidate the model puts no
+    slower becomes the chain's state."""
     moves = Moves(problem, 0.3, np.random.default_rng(0), screen)
     where, ranked = start
     now, spent, candidates = moves.estimate(where, ranked), 0.0, []
@@ -52,7 +55,7 @@ def walk(problem: Problem, start: tuple[list[int], list[str]], screen: int,
         moved = moves.propose(where, ranked)
         spent += time.perf_counter() - began
         assert moved is not None  # every graph here has ops that can move
-        candidates.append(moved)
+        candidates.append(moves.plan_arrays(*moved))
         length = moves.estimate(*moved)
         if length <= now:
             (where, ranked), now = moved, length
@@ -83,9 +86,12 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
             seconds, candidates = walk(problem, start, screen, proposals)
             spent.append(seconds)
         ms[screen] = 1e3 * min(spent)
-    plans = [search.score(where, ranked)[1] for where, ranked in candidates]
-    build = mean_ms(lambda: [search.score(*state) for state in candidates], len(plans),
-                    rounds)
+    def built() -> list[Plan]:  # as the search builds its candidates (_Search.score)
+        return [Plan.from_sequence(graph, problem.devices, codes, sequence, policy="mcmc")
+                for codes, sequence in candidates]
+
+    plans = built()
+    build = mean_ms(built, len(plans), rounds)
     evaluate = search_evaluator(graph, cluster, cost, links="fair")
     evaluate(plans[0])  # compiled code and the graph's arrays, once
     scored = mean_ms(lambda: [evaluate(p) for p in plans], len(plans), rounds)

@@ -122,6 +122,18 @@ class Moves:
         self._next = _State(*best, self.index, self._leads, units, sequence)
         return best
 
+    def plan_arrays(self, where: list[int], ranked: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """State ``(where, ranked)`` as arrays: each op's device (its lead's) and the global
+        order's op indices, those of the move proposed last or of the current state where
+        it is one of them (worked out already)."""
+        for state in (self._next, self._state):
+            if state is not None and where is state.where and ranked is state.ranked:
+                break
+        else:
+            state = _State(where, ranked, self.index, self._leads)
+            self._check(state)
+        return state.units[self._leads], state.sequence
+
     def _arrays(self, state: _State, where: list[int], ranked: list[str]
                 ) -> tuple[np.ndarray, np.ndarray]:
         """The device of each op's lead and the order's op indices of a state the last

@@ -69,6 +69,74 @@ class Placement:
     info: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class _Sequenced:
+    """The arrays a plan was made from (:meth:`Plan.from_sequence`): the devices used, in
+    order of first use along ``sequence``; each op's device as an index into them; the
+    global order's op positions; and each device's order as op positions (empty for a
+    device given but unused)."""
+
+    used: tuple[str, ...]
+    codes: np.ndarray
+    sequence: np.ndarray
+    positions: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, graph: Graph, devices: tuple[str, ...], codes: np.ndarray,
+           sequence: np.ndarray) -> _Sequenced | None:
+        """The arrays, where they make a plan the constructor would take: ``codes`` a
+        device for each op, ``sequence`` each op once with every edge going forward, each
+        co-placement group on one device, no collectives (None otherwise)."""
+        a = graph.arrays
+        n = len(a.names)
+        if graph.collectives or codes.shape != (n,) or sequence.shape != (n,) or n == 0 \
+                or not 0 <= codes.min() <= codes.max() < len(devices) \
+                or not 0 <= sequence.min() <= sequence.max() < n:
+            return None
+        at = np.full(n, -1, np.int64)
+        at[sequence] = np.arange(n)
+        if (at < 0).any() or not (at[a.edge_src] < at[a.edge_dst]).all():
+            return None  # an op missing (so another twice), or an edge going back
+        grouped = np.flatnonzero(graph.group_index >= 0)
+        if len(grouped):
+            first = np.full(len(graph.groups), -1, np.int64)
+            first[graph.group_index[grouped]] = codes[grouped]
+            if not (first[graph.group_index[grouped]] == codes[grouped]).all():
+                return None
+        along = codes[sequence]
+        present, first_at = np.unique(along, return_index=True)
+        used_codes = present[np.argsort(first_at)]
+        used = tuple(devices[c] for c in used_codes.tolist())
+        remap = np.full(len(devices), -1, np.int64)
+        remap[used_codes] = np.arange(len(used_codes))
+        by_device = np.argsort(along, kind="stable")
+        bounds = np.searchsorted(along[by_device], np.arange(1, len(devices)))
+        positions = dict(zip(devices, np.split(sequence[by_device], bounds), strict=True))
+        for ids in positions.values():
+            ids.setflags(write=False)  # shared by every caller of order_positions
+        local = remap[codes]
+        local.setflags(write=False)
+        return cls(used, local, sequence, positions)
+
+
+def _out_of_range(n: int, k: int, codes: np.ndarray, sequence: np.ndarray) -> str:
+    """What is wrong with arrays for a plan of ``n`` ops on ``k`` devices that no plan's
+    lists can say (empty where nothing is)."""
+    if codes.ndim != 1 or sequence.ndim != 1:
+        return (f"expected one-dimensional arrays, got {codes.ndim} dimensions of device "
+                f"indices and {sequence.ndim} of op indices")
+    if len(codes) > n:
+        return f"expected a device index for each of {n} ops, got {len(codes)}"
+    bad = np.flatnonzero((codes < 0) | (codes >= k))
+    if len(bad):
+        return (f"op {int(bad[0])} has device index {int(codes[bad[0]])}, expected 0 to "
+                f"{k - 1}")
+    bad = np.flatnonzero((sequence < 0) | (sequence >= n))
+    if len(bad):
+        return (f"the order lists op index {int(sequence[bad[0]])}, expected 0 to {n - 1}")
+    return ""
+
+
 def order_by_priority(graph: Graph, devices: Mapping[str, str],
                       priority: Mapping[str, float] | None = None,
                       device_groups: Mapping[str, Sequence[str]] | None = None,
@@ -146,19 +214,95 @@ class Plan:
         #: cluster that has the plan's devices).
         self.cluster, self.cluster_hash = cluster, cluster_hash
         names = graph.names
-        self.placement: dict[str, str] = dict(
+        self.placement = dict(
             zip(names, map(placement.get, names, itertools.repeat("")), strict=True))
-        self.order: dict[str, tuple[str, ...]] = {d: tuple(ops) for d, ops in order.items()}
+        self.order = {d: tuple(ops) for d, ops in order.items()}
         self.policy = policy
-        self.priority: dict[str, float] = dict(priority or {})
+        self.priority = dict(priority or {})
         self.placement_s = placement_s
         self.estimated_makespan_s = estimated_makespan_s
         self.info: dict[str, Any] = dict(info or {})
+        self._sequenced: _Sequenced | None = None
         with gc_paused():
             self._check_placed(placement)
             self._check_device_groups()
             self._check_groups()
             self._check_order()
+
+    @classmethod
+    def from_sequence(cls, graph: Graph, devices: Sequence[str], codes: np.ndarray,
+                      sequence: np.ndarray, *, policy: str = "") -> Plan:
+        """The plan of ``graph`` with op ``i`` (``graph.arrays`` order) on
+        ``devices[codes[i]]`` and every device's ops in the order of ``sequence`` (the ops'
+        ``graph.arrays`` positions, one topological order of them all), under priorities
+        that give that order back: what :func:`split_by_device` and the constructor make
+        of the same lists, checked in arrays. Its placement, orders and priorities are
+        worked out as dicts when first asked for: a search scores many plans whose
+        evaluator reads only their arrays (:meth:`device_codes`, :meth:`order_positions`).
+        Arrays that do not make such a plan (a graph with collectives among them) go
+        through the constructor, which says what is wrong.
+
+        >>> from policies import plan
+        >>> from hwmodels import get_cluster
+        >>> from workloads import build_model
+        >>> g = build_model("mlp")
+        >>> p = Plan.from_sequence(g, ("gpu0", "cpu0"), np.array([0, 1, 1, 0, 0, 0, 0]),
+        ...                        np.arange(7), policy="hand")
+        >>> p.order["cpu0"], p.devices
+        (('fc1', 'relu1'), ('gpu0', 'cpu0'))
+        """
+        devices = tuple(devices)
+        codes = np.asarray(codes, dtype=np.int64)
+        sequence = np.array(sequence, dtype=np.int64)  # a copy: the plan keeps it
+        sequenced = _Sequenced.of(graph, devices, codes, sequence)
+        if sequenced is None:
+            names = graph.arrays.names
+            wrong = _out_of_range(len(names), len(devices), codes, sequence)
+            if wrong:
+                raise PlacementError(f"plan from arrays of graph {graph.name!r}: {wrong}")
+            ranked = [names[i] for i in sequence.tolist()]
+            placed = {names[i]: devices[c] for i, c in enumerate(codes.tolist())}
+            listed = [name for name in ranked if name in placed]  # the rest: named unplaced
+            return cls(graph, placed, split_by_device(listed, placed), policy=policy,
+                       priority=dict(zip(ranked, map(float, range(len(ranked), 0, -1)),
+                                         strict=True)))
+        self = cls.__new__(cls)
+        self.graph, self.device_groups, self.step_of = graph, {}, {}
+        self.cluster, self.cluster_hash, self.policy = "", "", policy
+        self.placement_s, self.estimated_makespan_s, self.info = 0.0, None, {}
+        self._sequenced = sequenced
+        self.__dict__["_codes"] = {sequenced.used: sequenced.codes}
+        self.__dict__["_positions"] = sequenced.positions
+        return self
+
+    @functools.cached_property
+    def placement(self) -> dict[str, str]:
+        """Each op's device (in the graph's order of ops)."""
+        s = self._sequenced
+        assert s is not None  # a plan made otherwise has its placement from the start
+        names = self.graph.arrays.names
+        placed = dict(zip(names, map(s.used.__getitem__, s.codes.tolist()), strict=True))
+        if names != self.graph.names:
+            placed = {name: placed[name] for name in self.graph.names}
+        return placed
+
+    @functools.cached_property
+    def order(self) -> dict[str, tuple[str, ...]]:
+        """Each device's ops in the order it runs them, devices in order of first use."""
+        s = self._sequenced
+        assert s is not None
+        names = self.graph.arrays.names
+        return {d: tuple(map(names.__getitem__, s.positions[d].tolist())) for d in s.used}
+
+    @functools.cached_property
+    def priority(self) -> dict[str, float]:
+        """Each op's priority (higher first): empty where the policy gave none."""
+        s = self._sequenced
+        assert s is not None
+        names = self.graph.arrays.names
+        n = len(s.sequence)
+        return dict(zip(map(names.__getitem__, s.sequence.tolist()),
+                        map(float, range(n, 0, -1)), strict=True))
 
     # -- validation ---------------------------------------------------------------------
 
@@ -512,6 +656,8 @@ class Plan:
     @property
     def devices(self) -> tuple[str, ...]:
         """Devices that run at least one op, in order of first use."""
+        if self._sequenced is not None and "order" not in self.__dict__:
+            return self._sequenced.used  # without working out the orders
         return tuple(self.order)
 
     @property

@@ -78,7 +78,7 @@ from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
 from policies.moves import KINDS, Moves
 from policies.params import Param
-from policies.plans import Placement, Plan, split_by_device
+from policies.plans import Placement, Plan
 from policies.problem import Problem, model_makespan, plan_memory_used
 from workloads.errors import PlacementError
 from workloads.graph import Graph
@@ -222,6 +222,7 @@ class _Search:
         self.least, self.found_at = math.inf, 0
         self.began = time.perf_counter()
         self.stopped = "evals"
+        self.moves = Moves(self.problem, policy.segments, self.rng, policy.screen)
 
     def left(self) -> bool:
         limit, patience = self.policy.time_limit_s, self.policy.patience
@@ -236,12 +237,12 @@ class _Search:
         return True
 
     def score(self, where: list[int], ranked: list[str]) -> tuple[float, Plan]:
-        p = self.problem
-        devices = dict(zip(p.names, map(p.devices.__getitem__, p.follow_leads(where)),
-                           strict=True))
-        # priorities that give the global order back, for an evaluator in priority order
-        candidate = Plan(self.graph, devices, split_by_device(ranked, devices),
-                         policy="mcmc", priority=_priorities(ranked))
+        """The evaluator's score of state ``(where, ranked)`` and its plan: each op on its
+        lead's device, every device's ops in the global order, under priorities that give
+        that order back (for an evaluator in priority order)."""
+        codes, sequence = self.moves.plan_arrays(where, ranked)
+        candidate = Plan.from_sequence(self.graph, self.problem.devices, codes, sequence,
+                                       policy="mcmc")
         return self.scored(candidate), candidate
 
     def scored(self, candidate: Plan) -> float:
@@ -286,7 +287,6 @@ class _Search:
     def run(self) -> Placement:
         best, best_plan, start = self.begin()
         first = best
-        self.moves = Moves(self.problem, self.policy.segments, self.rng, self.policy.screen)
         before = self.used
         keyed = self.keyed()
         keyed_evals = self.used - before

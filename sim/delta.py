@@ -281,7 +281,7 @@ class DeltaEvaluator:
                                 "held_at_end_bytes": dict(result.resident_bytes)}
             return result.makespan_s if result.feasible else math.inf
         if (plan.cluster_hash and plan.cluster_hash != self.cluster.definition_hash) or \
-                not self.names.issuperset(plan.order):
+                not self.names.issuperset(plan.devices):
             plan.validate(self.cluster)  # says what is wrong (every op is in an order)
         if plan.graph is not self.graph:  # another graph: nothing kept applies
             self.graph, self.kept_columns, self.slots = plan.graph, [], None

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hwmodels import RooflineCost, get_cluster
 from policies import POLICIES, Plan, plan
+from policies.plans import split_by_device
 from tests.helpers import FixedCost, chain, op, toy_cluster
 from workloads import Graph, PlacementError, build_model
 
@@ -267,3 +269,89 @@ def test_orders_that_list_an_op_wrongly_are_named() -> None:
     with pytest.raises(PlacementError, match="op 'ghost' is placed on device 'd1' but is not "
                                              "in graph 'chain'"):
         Plan(g, {"op0": "d0", "op1": "d0", "ghost": "d1"}, {"d0": ["op0", "op1"]})
+
+
+@st.composite
+def sequenced_dags(draw: st.DrawFn) -> tuple[Graph, list[str], dict[str, str]]:
+    """A random DAG (its ops listed in or out of topological order), one random
+    topological order of its ops, and a random placement on up to three devices."""
+    import networkx as nx
+
+    g, placement, _ = draw(placed_dags())
+    keys = {o.name: draw(st.integers(0, 5)) for o in g}
+    ranked = list(nx.lexicographical_topological_sort(g.to_networkx(), key=keys.__getitem__))
+    return g, ranked, placement
+
+
+_DEVICES = ("d0", "d1", "d2")
+
+
+def _arrays(g: Graph, ranked: list[str], placement: dict[str, str]
+            ) -> tuple[np.ndarray, np.ndarray]:
+    a = g.arrays
+    return (np.array([_DEVICES.index(placement[n]) for n in a.names]),
+            np.array([a.position[n] for n in ranked]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(sequenced_dags())
+def test_a_plan_from_arrays_is_the_plan_its_lists_make(case) -> None:  # type: ignore[no-untyped-def]
+    g, ranked, placement = case
+    expected = Plan(g, placement, split_by_device(ranked, placement), policy="p",
+                    priority={n: float(len(ranked) - k) for k, n in enumerate(ranked)})
+    codes, sequence = _arrays(g, ranked, placement)
+    got = Plan.from_sequence(g, _DEVICES, codes, sequence, policy="p")
+    # what a search's evaluator reads, before any dict is worked out
+    assert got.devices == expected.devices
+    assert (got.device_codes(_DEVICES) == expected.device_codes(_DEVICES)).all()
+    for mine, theirs in zip(got.order_positions(_DEVICES), expected.order_positions(_DEVICES),
+                            strict=True):
+        assert mine.tolist() == theirs.tolist()
+    assert got.transfers == expected.transfers
+    assert not {"placement", "order", "priority"} & set(vars(got))  # none worked out yet
+    assert got == expected
+    # then the dicts, in the same order (a plan's JSON lists them so)
+    for name in ("placement", "order", "priority"):
+        assert list(getattr(got, name).items()) == list(getattr(expected, name).items())
+    assert got.to_json() == expected.to_json()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.randoms(use_true_random=False))
+def test_arrays_that_split_a_group_are_refused_as_the_lists_would_be(rnd) -> None:  # type: ignore[no-untyped-def]
+    from workloads import training_graph
+
+    step = training_graph(build_model("mlp"))
+    a = step.arrays
+    codes = np.array([rnd.randint(0, 1) for _ in a.names])
+    placement = {n: ("gpu0", "gpu1")[c] for n, c in zip(a.names, codes.tolist(), strict=True)}
+    ranked = list(step.topological_order())
+    sequence = np.array([a.position[n] for n in ranked])
+    split = [group for group, ops in step.groups.items()
+             if len({placement[n] for n in ops}) > 1]
+    if not split:
+        assert Plan.from_sequence(step, ("gpu0", "gpu1"), codes, sequence).placement == \
+            placement
+        return
+    with pytest.raises(PlacementError, match=f"co-placement group {split[0]!r} must share "
+                                             "one device"):
+        Plan.from_sequence(step, ("gpu0", "gpu1"), codes, sequence)
+
+
+def test_arrays_out_of_order_or_range_are_one_line_naming_what_is_wrong() -> None:
+    g = chain(3)
+    with pytest.raises(PlacementError, match=r"op 'op1' on device 'd0' is ordered before its "
+                                             r"producer 'op0'"):
+        Plan.from_sequence(g, ("d0",), np.zeros(3, int), np.array([1, 0, 2]))
+    with pytest.raises(PlacementError, match=r"^plan from arrays of graph 'chain': op 2 has "
+                                             r"device index 4, expected 0 to 1$"):
+        Plan.from_sequence(g, ("d0", "d1"), np.array([0, 1, 4]), np.arange(3))
+    with pytest.raises(PlacementError, match=r"the order lists op index -1, expected 0 to 2$"):
+        Plan.from_sequence(g, ("d0",), np.zeros(3, int), np.array([0, 1, -1]))
+    with pytest.raises(PlacementError, match=r"expected a device index for each of 3 ops, "
+                                             r"got 4$"):
+        Plan.from_sequence(g, ("d0",), np.zeros(4, int), np.arange(3))
+    with pytest.raises(PlacementError, match="op 'op2' is placed on no device"):
+        Plan.from_sequence(g, ("d0",), np.zeros(2, int), np.arange(3))
+    with pytest.raises(PlacementError, match="op 'op2' on device 'd0' is missing"):
+        Plan.from_sequence(g, ("d0",), np.zeros(3, int), np.array([0, 1]))

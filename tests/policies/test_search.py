@@ -672,3 +672,29 @@ def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() ->
         with pytest.raises(PlacementError, match=rf"^policy 'mcmc': screen must be an int "
                                                  rf">= 1, got {bad}$"):
             MCMC(screen=bad)  # type: ignore[arg-type]
+
+
+@_screened_graphs
+@pytest.mark.parametrize("screen", [1, 6])
+def test_the_plan_scored_is_the_state_proposed(graph: Graph, screen: int) -> None:
+    # the search builds each candidate from the arrays its moves worked out; the plan must
+    # be what the state's lists say: each op on its lead's device, the devices' orders
+    # drawn from the global order, priorities that give that order back
+    from policies.plans import Plan, split_by_device
+    from policies.search import _Search
+
+    cluster = get_cluster("hetero-box")
+    search = _Search(MCMC(screen=screen, seed=4), graph, cluster, RooflineCost(cluster),
+                     lambda _: 1.0)
+    p = search.problem
+    state = (_on_last_devices(p), list(p.names))
+    for step in range(30):
+        proposed = search.moves.propose(*state)
+        assert proposed is not None
+        # now the proposal, now the current state, now an equal state in new lists
+        where, ranked = (proposed, state, (list(proposed[0]), list(proposed[1])))[step % 3]
+        devices = {n: p.devices[where[p.node_of[i]]] for i, n in enumerate(p.names)}
+        expected = Plan(graph, devices, split_by_device(ranked, devices), policy="mcmc",
+                        priority={n: float(len(ranked) - k) for k, n in enumerate(ranked)})
+        assert search.score(where, ranked)[1] == expected
+        state = proposed
