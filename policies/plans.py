@@ -242,8 +242,6 @@ class Plan:
         Arrays that do not make such a plan (a graph with collectives among them) go
         through the constructor, which says what is wrong.
 
-        >>> from policies import plan
-        >>> from hwmodels import get_cluster
         >>> from workloads import build_model
         >>> g = build_model("mlp")
         >>> p = Plan.from_sequence(g, ("gpu0", "cpu0"), np.array([0, 1, 1, 0, 0, 0, 0]),
@@ -296,7 +294,8 @@ class Plan:
 
     @functools.cached_property
     def priority(self) -> dict[str, float]:
-        """Each op's priority (higher first): empty where the policy gave none."""
+        """Each op's priority (higher first): for a plan made from arrays, those that give
+        its order back."""
         s = self._sequenced
         assert s is not None
         names = self.graph.arrays.names
