@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from policies.listsched import HEFT, Timeline, ready_order
-from policies.plans import Plan
+from policies.plans import Placement, Plan
 from policies.problem import Problem
 
 __all__ = ["KEY_RATE", "KEY_SIGMA", "SCREEN", "SELECT", "TRIES", "PredictedFinish", "key_search"]
@@ -126,11 +126,20 @@ class _Decoded:
     def decode(self, priority: list[float], order: list[int]) -> tuple[Plan, float]:
         """The plan these priorities give (``order``: the order they take ops in) and the
         scheduler's estimate of its makespan."""
+        placed, estimate = self._placed(priority, order)
+        return self._plan(placed, order), estimate
+
+    def _placed(self, priority: list[float], order: list[int]) -> tuple[Placement, float]:
+        """The list schedule these priorities give, and its estimated makespan."""
         placed = self.scheduler.decode(self.problem, priority, order)
+        assert placed.estimated_makespan_s is not None  # a list schedule estimates it
+        return placed, placed.estimated_makespan_s
+
+    def _plan(self, placed: Placement, order: list[int]) -> Plan:
+        """The plan of a list schedule (checked: built only for the move scored)."""
         assert placed.order is not None  # a list schedule orders every device
-        assert placed.estimated_makespan_s is not None
         return Plan(self.problem.graph, placed.devices, placed.order, policy=self.policy,
-                    priority=_priority(self.problem, order)), placed.estimated_makespan_s
+                    priority=_priority(self.problem, order))
 
     def screened(self, current: np.ndarray, estimate: float
                  ) -> tuple[tuple[np.ndarray, Plan, float] | None, int]:
@@ -139,10 +148,12 @@ class _Decoded:
         worse than ``estimate`` (the current plan's), else the one of lowest estimate: its
         keys, plan and estimate (None where every move gave an order seen), and the moves
         drawn."""
-        chosen: tuple[np.ndarray, Plan, float] | None = None
-        for tries in range(1, SCREEN + 1):
+        chosen: tuple[np.ndarray, Placement, float, list[int]] | None = None
+        tries = 0
+        while tries < SCREEN:
             if chosen is not None and not self.left():
-                return chosen, tries - 1
+                break
+            tries += 1
             keys = _moved(current, self.rng)
             priority = keys.tolist()
             order = ready_order(self.problem, priority)
@@ -150,12 +161,15 @@ class _Decoded:
             if digest in self.seen:
                 continue  # the same plan as one decoded
             self.seen.add(digest)
-            candidate, guess = self.decode(priority, order)
+            placed, guess = self._placed(priority, order)
             if chosen is None or guess < chosen[2]:
-                chosen = (keys, candidate, guess)
+                chosen = (keys, placed, guess, order)
             if guess <= estimate:
-                return chosen, tries
-        return chosen, SCREEN
+                break
+        if chosen is None:
+            return None, tries
+        keys, placed, guess, order = chosen
+        return (keys, self._plan(placed, order), guess), tries
 
 
 class PredictedFinish(HEFT):
