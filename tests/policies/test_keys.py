@@ -162,6 +162,26 @@ def test_each_evaluation_scores_the_first_move_no_worse_than_the_current_plan_el
     assert screened > 0
 
 
+def test_a_plan_is_built_only_for_each_move_scored(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the moves decoded for a screen need only the scheduler's estimate: checking a plan
+    # for each would cost as much again as decoding it
+    graph, cluster, cost = _hetero_dag()
+    estimates = _decodes(monkeypatch)
+    built: list[Plan] = []
+    init = Plan.__init__
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(Plan, "__init__", counted)
+    score, seen, _ = recording(contention_free(cluster, cost))
+    key_search(Problem(graph, cluster, cost), score, lambda: True, np.random.default_rng(0),
+               60)
+    assert len(seen) == 60 and len(estimates) > 60  # some evaluations screened
+    assert len(built) == 60
+
+
 def test_no_move_is_decoded_once_time_is_up(monkeypatch: pytest.MonkeyPatch) -> None:
     graph, cluster, cost = _hetero_dag()
     decoded = _decodes(monkeypatch)
