@@ -129,16 +129,17 @@ class _Decoded:
         placed, estimate = self._placed(priority, order)
         return self._plan(placed, order), estimate
 
-    def _placed(self, priority: list[float], order: list[int]) -> tuple[Placement, float]:
-        """The list schedule these priorities give, and its estimated makespan."""
-        placed = self.scheduler.decode(self.problem, priority, order)
-        assert placed.estimated_makespan_s is not None  # a list schedule estimates it
-        return placed, placed.estimated_makespan_s
+    def _placed(self, priority: list[float], order: list[int]
+                ) -> tuple[Callable[[], Placement], float]:
+        """What gives the list schedule these priorities give, and its estimated makespan."""
+        estimate, placed = self.scheduler.decode_estimate(self.problem, priority, order)
+        return placed, estimate
 
-    def _plan(self, placed: Placement, order: list[int]) -> Plan:
-        """The plan of a list schedule (checked: built only for the move scored)."""
-        assert placed.order is not None  # a list schedule orders every device
-        return Plan(self.problem.graph, placed.devices, placed.order, policy=self.policy,
+    def _plan(self, placed: Callable[[], Placement], order: list[int]) -> Plan:
+        """The plan of a list schedule (made and checked only for the move scored)."""
+        schedule = placed()
+        assert schedule.order is not None  # a list schedule orders every device
+        return Plan(self.problem.graph, schedule.devices, schedule.order, policy=self.policy,
                     priority=_priority(self.problem, order))
 
     def screened(self, current: np.ndarray, estimate: float
@@ -148,7 +149,7 @@ class _Decoded:
         worse than ``estimate`` (the current plan's), else the one of lowest estimate: its
         keys, plan and estimate (None where every move gave an order seen), and the moves
         drawn."""
-        chosen: tuple[np.ndarray, Placement, float, list[int]] | None = None
+        chosen: tuple[np.ndarray, Callable[[], Placement], float, list[int]] | None = None
         tries = 0
         while tries < SCREEN:
             if chosen is not None and not self.left():

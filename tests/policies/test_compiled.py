@@ -110,6 +110,9 @@ def test_the_compiled_schedule_is_the_interpreted_one(p: Problem, seed: int, tie
     assert fast.devices == slow.devices
     assert fast.order == slow.order
     assert fast.estimated_makespan_s == slow.estimated_makespan_s  # to the bit
+    # a search screening by the estimate takes it before the schedule (made on demand)
+    estimate, placed = chooser.decode_estimate(p, priority, order)
+    assert estimate == slow.estimated_makespan_s and placed() == fast
 
 
 def test_a_cluster_too_large_to_tabulate_runs_interpreted(

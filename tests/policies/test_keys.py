@@ -115,14 +115,14 @@ def _hetero_dag() -> tuple[Graph, Cluster, RooflineCost]:
 def _decodes(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The estimate of every plan HEFT's decoder makes from now on, in order."""
     estimates: list[float] = []
-    decode = HEFT.decode
+    decode = HEFT.decode_estimate
 
     def spy(self, p, priority, order=None):  # type: ignore[no-untyped-def]
-        placed = decode(self, p, priority, order)
-        estimates.append(placed.estimated_makespan_s)
-        return placed
+        estimate, placed = decode(self, p, priority, order)
+        estimates.append(estimate)
+        return estimate, placed
 
-    monkeypatch.setattr(HEFT, "decode", spy)
+    monkeypatch.setattr(HEFT, "decode_estimate", spy)
     return estimates
 
 
