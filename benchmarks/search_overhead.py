@@ -8,7 +8,11 @@ step, on four V100s, from HEFT's plan: a chain of ``--proposals`` proposals for 
 chain's state (the walk itself untimed); then the screened walk's candidates built into
 plans as the search builds them and scored by :func:`sim.search_evaluator` (``fair``
 links), each timed on its own: means over a walk, the least of ``--rounds`` walks (the
-same walk each time: the machine's noise only adds).
+same walk each time: the machine's noise only adds). Last, the priority search (``mcmc``'s
+``keyed`` phase, :func:`policies.keys.key_search`) over ``--proposals`` evaluations with
+every plan scored alike (so each move is taken): what one of its evaluations costs apart
+from the evaluator (moves drawn, decoded and screened by the scheduler's estimate, the
+plan of the one scored built and checked), the least of ``--rounds`` runs.
 
     python -m benchmarks.search_overhead [--proposals 200] [--rounds 3] [--out F]
 """
@@ -28,6 +32,7 @@ from benchmarks.delta_bound import REPORTED_DAGS
 from benchmarks.machine import describe, record
 from hwmodels import RooflineCost, get_cluster
 from policies import plan
+from policies.keys import key_search
 from policies.moves import Moves
 from policies.plans import Plan
 from policies.problem import Problem
@@ -86,6 +91,9 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
             seconds, candidates = walk(problem, start, screen, proposals)
             spent.append(seconds)
         ms[screen] = 1e3 * min(spent)
+    keyed = mean_ms(lambda: key_search(problem, lambda _: 0.0, lambda: True,
+                                       np.random.default_rng(0), proposals), proposals, rounds)
+
     def built() -> list[Plan]:  # as the search builds its candidates (_Search.score)
         return [Plan.from_sequence(graph, problem.devices, codes, sequence, policy="mcmc")
                 for codes, sequence in candidates]
@@ -97,7 +105,7 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
     scored = mean_ms(lambda: [evaluate(p) for p in plans], len(plans), rounds)
     own = ms[SCREENS[-1]] + build
     return (f"| {label} | {len(graph):,} | {ms[1]:.2f} | {ms[SCREENS[-1]]:.2f} | {build:.2f} "
-            f"| {scored:.2f} | {own / (own + scored):.2f} |")
+            f"| {scored:.2f} | {own / (own + scored):.2f} | {keyed:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -111,8 +119,8 @@ def main(argv: list[str] | None = None) -> str:
              f"command: python -m benchmarks.search_overhead --proposals {args.proposals} "
              f"--rounds {args.rounds}",
              "", f"| graph | ops | proposal ms, screen 1 | proposal ms, screen {SCREENS[-1]} "
-             "| plan built ms | evaluation ms (fair links) | search's own share, screened |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| plan built ms | evaluation ms (fair links) | search's own share, screened "
+             "| priority move ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     print("\n".join(lines), flush=True)
     cases = [(f"layered DAG, width {w}", layered_dag(n, width=w, seed=seed))
              for n, w, seed in REPORTED_DAGS]
