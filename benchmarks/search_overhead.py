@@ -94,7 +94,7 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
     keyed = mean_ms(lambda: key_search(problem, lambda _: 0.0, lambda: True,
                                        np.random.default_rng(0), proposals), proposals, rounds)
 
-    def built() -> list[Plan]:  # as the search builds its candidates (_Search.score)
+    def built() -> list[Plan]:  # as _Search.score builds them, its lookup of the arrays aside
         return [Plan.from_sequence(graph, problem.devices, codes, sequence, policy="mcmc")
                 for codes, sequence in candidates]
 

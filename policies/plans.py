@@ -89,7 +89,8 @@ class _Sequenced:
         co-placement group on one device, no collectives (None otherwise)."""
         a = graph.arrays
         n = len(a.names)
-        if graph.collectives or codes.shape != (n,) or sequence.shape != (n,) or n == 0 \
+        if graph.collectives or len(set(devices)) < len(devices) or "" in devices \
+                or codes.shape != (n,) or sequence.shape != (n,) or n == 0 \
                 or not 0 <= codes.min() <= codes.max() < len(devices) \
                 or not 0 <= sequence.min() <= sequence.max() < n:
             return None
@@ -125,12 +126,15 @@ def _out_of_range(n: int, k: int, codes: np.ndarray, sequence: np.ndarray) -> st
     if codes.ndim != 1 or sequence.ndim != 1:
         return (f"expected one-dimensional arrays, got {codes.ndim} dimensions of device "
                 f"indices and {sequence.ndim} of op indices")
+    whole = [x for x in (codes, sequence) if len(x) and not np.issubdtype(x.dtype, np.integer)]
+    if whole:
+        return f"expected whole-number indices, got an array of {whole[0].dtype}"
     if len(codes) > n:
         return f"expected a device index for each of {n} ops, got {len(codes)}"
     bad = np.flatnonzero((codes < 0) | (codes >= k))
     if len(bad):
-        return (f"op {int(bad[0])} has device index {int(codes[bad[0]])}, expected 0 to "
-                f"{k - 1}")
+        return (f"op {int(bad[0])} has device index {int(codes[bad[0]])}, expected "
+                + (f"0 to {k - 1}" if k else "none: no devices given"))
     bad = np.flatnonzero((sequence < 0) | (sequence >= n))
     if len(bad):
         return (f"the order lists op index {int(sequence[bad[0]])}, expected 0 to {n - 1}")
@@ -239,8 +243,10 @@ class Plan:
         of the same lists, checked in arrays. Its placement, orders and priorities are
         worked out as dicts when first asked for: a search scores many plans whose
         evaluator reads only their arrays (:meth:`device_codes`, :meth:`order_positions`).
-        Arrays that do not make such a plan (a graph with collectives among them) go
-        through the constructor, which says what is wrong.
+        Indices that are not whole numbers or are out of range are refused (one line);
+        other arrays (a graph with collectives, device names repeated or empty, an order
+        that is not topological) go through the constructor, which takes what its lists
+        make a plan of and says what is wrong otherwise.
 
         >>> from workloads import build_model
         >>> g = build_model("mlp")
@@ -250,14 +256,14 @@ class Plan:
         (('fc1', 'relu1'), ('gpu0', 'cpu0'))
         """
         devices = tuple(devices)
-        codes = np.asarray(codes, dtype=np.int64)
-        sequence = np.array(sequence, dtype=np.int64)  # a copy: the plan keeps it
+        names = graph.arrays.names
+        codes, sequence = np.asarray(codes), np.asarray(sequence)
+        wrong = _out_of_range(len(names), len(devices), codes, sequence)
+        if wrong:
+            raise PlacementError(f"plan from arrays of graph {graph.name!r}: {wrong}")
+        codes, sequence = codes.astype(np.int64), sequence.astype(np.int64)  # copies: kept
         sequenced = _Sequenced.of(graph, devices, codes, sequence)
         if sequenced is None:
-            names = graph.arrays.names
-            wrong = _out_of_range(len(names), len(devices), codes, sequence)
-            if wrong:
-                raise PlacementError(f"plan from arrays of graph {graph.name!r}: {wrong}")
             ranked = [names[i] for i in sequence.tolist()]
             placed = {names[i]: devices[c] for i, c in enumerate(codes.tolist())}
             listed = [name for name in ranked if name in placed]  # the rest: named unplaced

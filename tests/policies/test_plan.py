@@ -330,8 +330,10 @@ def test_arrays_that_split_a_group_are_refused_as_the_lists_would_be(rnd) -> Non
     split = [group for group, ops in step.groups.items()
              if len({placement[n] for n in ops}) > 1]
     if not split:
-        assert Plan.from_sequence(step, ("gpu0", "gpu1"), codes, sequence).placement == \
-            placement
+        got = Plan.from_sequence(step, ("gpu0", "gpu1"), codes, sequence)
+        assert got == Plan(step, placement, split_by_device(ranked, placement), priority={
+            n: float(len(ranked) - k) for k, n in enumerate(ranked)})
+        assert got.to_json() == Plan.from_json(got.to_json()).to_json()
         return
     with pytest.raises(PlacementError, match=f"co-placement group {split[0]!r} must share "
                                              "one device"):
@@ -355,3 +357,19 @@ def test_arrays_out_of_order_or_range_are_one_line_naming_what_is_wrong() -> Non
         Plan.from_sequence(g, ("d0",), np.zeros(2, int), np.arange(3))
     with pytest.raises(PlacementError, match="op 'op2' on device 'd0' is missing"):
         Plan.from_sequence(g, ("d0",), np.zeros(3, int), np.array([0, 1]))
+    with pytest.raises(PlacementError, match=r"expected whole-number indices, got an array "
+                                             r"of float64$"):
+        Plan.from_sequence(g, ("d0", "d1"), np.array([0.9, 1.7, 0.2]), np.arange(3))
+    with pytest.raises(PlacementError, match=r"got an array of bool$"):
+        Plan.from_sequence(g, ("d0", "d1"), np.zeros(3, int), np.array([True, False, True]))
+    with pytest.raises(PlacementError, match=r"op 0 has device index 0, expected none: no "
+                                             r"devices given$"):
+        Plan.from_sequence(g, (), np.zeros(3, int), np.arange(3))
+    with pytest.raises(PlacementError, match="op 'op0' is placed on no device"):
+        Plan.from_sequence(g, ("",), np.zeros(3, int), np.arange(3))
+
+
+def test_arrays_naming_a_device_twice_make_the_plan_the_lists_make() -> None:
+    g = chain(3)
+    got = Plan.from_sequence(g, ("d0", "d0"), np.array([0, 1, 0]), np.arange(3))
+    assert got.order == {"d0": ("op0", "op1", "op2")} and got.devices == ("d0",)
