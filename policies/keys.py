@@ -131,7 +131,8 @@ class _Decoded:
 
     def _placed(self, priority: list[float], order: list[int]
                 ) -> tuple[Callable[[], Placement], float]:
-        """What gives the list schedule these priorities give, and its estimated makespan."""
+        """A function that makes the list schedule these priorities give, and the
+        schedule's estimated makespan."""
         estimate, placed = self.scheduler.decode_estimate(self.problem, priority, order)
         return placed, estimate
 
