@@ -40,7 +40,7 @@ from policies.keys import PredictedFinish
 from policies.listsched import HEFT, ready_order
 from policies.moves import Moves
 from policies.optimal import Optimal
-from policies.plans import Plan, split_by_device
+from policies.plans import Plan, priorities_from_order, split_by_device
 from policies.problem import Problem, model_makespan
 from policies.testing import random_dag
 from sim import search_evaluator, simulate
@@ -214,7 +214,7 @@ def part_checks(quick: bool) -> pd.DataFrame:
     priorities no order follows (reversed: the order's check fails, then the full one)."""
     from unittest import mock
 
-    from policies.search import _merged, _priorities
+    from policies.search import _merged
 
     rows = []
     for name, graph, cluster_name in _timed_cases(quick):
@@ -222,7 +222,7 @@ def part_checks(quick: bool) -> pd.DataFrame:
         start = plan(graph, cluster, "metis", RooflineCost(cluster))
         ranked = _merged(graph, start)  # as mcmc's chain orders a candidate
         orders = split_by_device(ranked, start.placement)
-        priority = _priorities(ranked)
+        priority = priorities_from_order(ranked)
         by_order = _check_seconds(graph, start.placement, orders, priority)
         with mock.patch.object(Plan, "_priorities_follow", lambda self, chains: False):
             full = _check_seconds(graph, start.placement, orders, priority)

@@ -126,12 +126,7 @@ class Moves:
         """State ``(where, ranked)`` as arrays: each op's device (its lead's) and the global
         order's op indices, those of the move proposed last or of the current state where
         it is one of them (worked out already)."""
-        for state in (self._next, self._state):
-            if state is not None and where is state.where and ranked is state.ranked:
-                break
-        else:
-            state = _State(where, ranked, self.index, self._leads)
-            self._check(state)
+        state = self._known(where, ranked) or self._outside(where, ranked)
         return state.units[self._leads], state.sequence
 
     def _arrays(self, state: _State, where: list[int], ranked: list[str]
@@ -182,17 +177,23 @@ class Moves:
         """State ``(where, ranked)``'s arrays, kept while the chain stays there (it never
         changes a state's lists in place); those of the move :meth:`propose` chose last
         are taken over."""
-        state = self._state
-        if state is None or where is not state.where or ranked is not state.ranked:
-            chosen = self._next
-            if chosen is not None and where is chosen.where and ranked is chosen.ranked:
-                state = chosen
-            else:  # a state from outside (a start, a restart): checked once, as the
-                # compiled model reads its indices unchecked
-                state = _State(where, ranked, self.index, self._leads)
-                self._check(state)
-            self._state = state
-        self._next = None
+        state = self._known(where, ranked) or self._outside(where, ranked)
+        self._state, self._next = state, None
+        return state
+
+    def _known(self, where: list[int], ranked: list[str]) -> _State | None:
+        """The arrays of state ``(where, ranked)`` where it is the current state or the move
+        proposed last (the same lists), else None."""
+        for state in (self._state, self._next):
+            if state is not None and where is state.where and ranked is state.ranked:
+                return state
+        return None
+
+    def _outside(self, where: list[int], ranked: list[str]) -> _State:
+        """The arrays of a state from outside (a start, a restart), checked once, as the
+        compiled model reads its indices unchecked."""
+        state = _State(where, ranked, self.index, self._leads)
+        self._check(state)
         return state
 
     def _check(self, state: _State) -> None:

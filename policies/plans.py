@@ -25,7 +25,8 @@ from workloads.collect import gc_paused
 from workloads.errors import PlacementError
 from workloads.graph import Graph
 
-__all__ = ["Placement", "Plan", "Transfer", "order_by_priority", "split_by_device"]
+__all__ = ["Placement", "Plan", "Transfer", "order_by_priority", "priorities_from_order",
+           "split_by_device"]
 
 FORMAT = "placelab.plan"
 VERSION = 1
@@ -86,13 +87,12 @@ class _Sequenced:
            sequence: np.ndarray) -> _Sequenced | None:
         """The arrays, where they make a plan the constructor would take: ``codes`` a
         device for each op, ``sequence`` each op once with every edge going forward, each
-        co-placement group on one device, no collectives (None otherwise)."""
+        co-placement group on one device, no collectives (None otherwise). Indices in range
+        (:func:`_out_of_range`, which :meth:`Plan.from_sequence` checks first)."""
         a = graph.arrays
         n = len(a.names)
         if graph.collectives or len(set(devices)) < len(devices) or "" in devices \
-                or codes.shape != (n,) or sequence.shape != (n,) or n == 0 \
-                or not 0 <= codes.min() <= codes.max() < len(devices) \
-                or not 0 <= sequence.min() <= sequence.max() < n:
+                or codes.shape != (n,) or sequence.shape != (n,) or n == 0:
             return None
         at = np.full(n, -1, np.int64)
         at[sequence] = np.arange(n)
@@ -139,6 +139,16 @@ def _out_of_range(n: int, k: int, codes: np.ndarray, sequence: np.ndarray) -> st
     if len(bad):
         return (f"the order lists op index {int(sequence[bad[0]])}, expected 0 to {n - 1}")
     return ""
+
+
+def priorities_from_order(ranked: Sequence[str]) -> dict[str, float]:
+    """Priorities under which the ready op first in ``ranked`` goes first (``len(ranked)``
+    for the first, down to 1 for the last).
+
+    >>> priorities_from_order(["a", "b", "c"])
+    {'a': 3.0, 'b': 2.0, 'c': 1.0}
+    """
+    return dict(zip(ranked, map(float, range(len(ranked), 0, -1)), strict=True))
 
 
 def order_by_priority(graph: Graph, devices: Mapping[str, str],
@@ -268,8 +278,7 @@ class Plan:
             placed = {names[i]: devices[c] for i, c in enumerate(codes.tolist())}
             listed = [name for name in ranked if name in placed]  # the rest: named unplaced
             return cls(graph, placed, split_by_device(listed, placed), policy=policy,
-                       priority=dict(zip(ranked, map(float, range(len(ranked), 0, -1)),
-                                         strict=True)))
+                       priority=priorities_from_order(ranked))
         self = cls.__new__(cls)
         self.graph, self.device_groups, self.step_of = graph, {}, {}
         self.cluster, self.cluster_hash, self.policy = "", "", policy
@@ -305,9 +314,7 @@ class Plan:
         s = self._sequenced
         assert s is not None
         names = self.graph.arrays.names
-        n = len(s.sequence)
-        return dict(zip(map(names.__getitem__, s.sequence.tolist()),
-                        map(float, range(n, 0, -1)), strict=True))
+        return priorities_from_order([names[i] for i in s.sequence.tolist()])
 
     # -- validation ---------------------------------------------------------------------
 

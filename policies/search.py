@@ -78,7 +78,7 @@ from hwmodels.spec import Cluster
 from policies.base import POLICIES, PlacementPolicy, Seed, make_policy, make_rng, plan
 from policies.moves import KINDS, Moves
 from policies.params import Param
-from policies.plans import Placement, Plan
+from policies.plans import Placement, Plan, priorities_from_order
 from policies.problem import Problem, model_makespan, plan_memory_used
 from workloads.errors import PlacementError
 from workloads.graph import Graph
@@ -275,7 +275,7 @@ class _Search:
                 continue
             if not start.priority:  # for an evaluator in priority order: its own orders
                 start = Plan(self.graph, start.placement, start.order, policy=start.policy,
-                             priority=_priorities(_merged(self.graph, start)))
+                             priority=priorities_from_order(_merged(self.graph, start)))
             seconds = self.scored(start)
             if best is None or seconds < best[0]:
                 best = (seconds, start, spec)
@@ -317,7 +317,7 @@ class _Search:
                         best, best_state, best_plan = seconds, proposal, scored
             per_restart.append(best)
         return Placement(dict(best_plan.placement), best_plan.order,
-                         priority=best_plan.priority or _priorities(best_state[1]), info={
+                         priority=best_plan.priority or priorities_from_order(best_state[1]), info={
             "start": start, "start_score_s": first, "score_s": best,
             "keyed_evals": keyed_evals, "keyed_score_s": None if keyed is None else keyed[0],
             "evals": self.used, "best_eval": self.found_at, "accepted": accepted,
@@ -349,11 +349,6 @@ class _Search:
         n = len(self.moves.units)
         delta = (seconds - now) * n / now if now > 0 else math.inf  # in mean ops' shares
         return bool(self.rng.random() < math.exp(-self.policy.beta * n * delta))
-
-
-def _priorities(ranked: list[str]) -> dict[str, float]:
-    """Priorities under which the ready op first in ``ranked`` goes first."""
-    return dict(zip(ranked, map(float, range(len(ranked), 0, -1)), strict=True))
 
 
 def _starts(text: str) -> list[str]:
