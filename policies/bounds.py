@@ -12,6 +12,14 @@
   (where the fastest device cannot run everything at once), dearer to compute (an LP of
   ops x kinds + edges x kinds rows; a tenth of a second to a few tenths at 600-1,000 ops
   on four devices).
+* :func:`segment_bound`: transfers priced on the path that sets the critical path bound:
+  that path cut into segments, each the least time, found by an exact mixed-integer
+  program over every device, from one op of the path ending to a later one ending, with
+  every op between them (descendant of the one, ancestor of the other) placed and
+  ordered, its transfers paid; the head and tail of the path, and the segments summed.
+  Tighter where the path's fork-joins cannot spread without transfers (on identical
+  devices, where the other bounds are the critical path), dearest of the three (a
+  program of up to ``ops`` ops per segment: tens of seconds at 800 ops on four devices).
 
 All hold for the simulator's model: an op never runs faster than on its fastest device,
 never before its producers end (and a tensor from another device has arrived), and a stream
@@ -23,6 +31,7 @@ can tell apart (:meth:`hwmodels.cost.CostModel.least_op_times`).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -35,12 +44,18 @@ from workloads.graph import Graph
 if TYPE_CHECKING:
     import scipy.sparse as sp
 
-__all__ = ["critical_path_bound", "fastest_times", "least_times", "lower_bound",
-           "relaxation_bound", "work_bound"]
+__all__ = ["SEGMENT_NODES", "SEGMENT_OPS", "critical_path_bound", "fastest_times",
+           "least_times", "lower_bound", "relaxation_bound", "segment_bound", "work_bound"]
 
 #: What the LP's answer is reduced by (relative) so that the solver's tolerances never lift
 #: it above a makespan that can be reached.
 LP_SLACK = 1e-6
+#: :func:`segment_bound`'s ops per segment at most, and branch-and-bound nodes per segment
+#: (beyond which the solver's proven bound on the segment is taken).
+SEGMENT_OPS, SEGMENT_NODES = 24, 2000
+#: What a segment's least time (in units of its program's horizon) is reduced by, so that the
+#: solver's integrality and feasibility tolerances never lift it above a reachable one.
+MILP_SLACK = 1e-5
 
 
 def least_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
@@ -203,6 +218,172 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     if res.status != 0:  # feasible and bounded by design; HiGHS refuses programs scaled
         return floor     # past about 1e15 (a transfer that long against the floor)
     return max(floor, float(res.fun) * unit * (1 - LP_SLACK))
+
+
+def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int = SEGMENT_OPS,
+                  node_limit: int = SEGMENT_NODES) -> float:
+    """A lower bound that pays for the transfers of the critical path's fork-joins, and at
+    least :func:`lower_bound`.
+
+    Take the longest path of fastest op times (the one :func:`critical_path_bound` gives),
+    from its first op ``p0`` to its last. Cut it at ops ``c0 = p0, c1, ...``, each segment
+    as long as holds at most ``ops`` ops *between* its ends: descendants of ``c[k]`` that are
+    ancestors of ``c[k+1]``, ``c[k+1]`` itself included. Every such op starts after
+    ``c[k]`` ends and ends before ``c[k+1]`` does, so in any plan ``c[k+1]`` ends at least
+    the least time in which those ops can run after ``c[k]`` ends: each at its least time
+    on the device it is given, a device's ops one at a time (per stream: a device of more
+    than one stream keeps none apart), a tensor crossing between devices arriving no sooner
+    than its transfer without contention (:meth:`hwmodels.cost.CostModel.tensor_transfer_time`;
+    free into and out of a collective op, which the simulator lowers to transfers of its
+    own), a co-placement group's ops on one device. Inputs from outside the segment are
+    taken as there at its start, on every device, and no other work holds a device: both
+    only lower it. That least time is a mixed-integer program
+    (:class:`policies.optimal.Schedules`, HiGHS) solved to its proven bound within
+    ``node_limit`` nodes; a segment of more than ``ops`` ops between two consecutive ops
+    of the path counts that step's critical path time. The bound is the segments' sum, the
+    first counting ``p0``'s own time too (it starts the path, at 0 at the earliest).
+
+    >>> from hwmodels import get_cluster, RooflineCost
+    >>> from workloads.zoo.sequence import bert_base
+    >>> c = get_cluster("quad-v100-nvlink")  # four V100s on NVLink
+    >>> g, cost = bert_base(batch=8, layers=2), RooflineCost(c)
+    >>> segment_bound(g, c, cost, ops=12) / lower_bound(g, c, cost) > 1.05
+    True
+    """
+    if ops < 1:
+        raise ValueError(f"segment_bound: ops must be at least 1, got {ops}")
+    times = least_times(graph, cluster, cost)
+    fastest = times.min(axis=1)
+    floor = _floor(graph, cluster, fastest)
+    if len(fastest) == 0 or len(cluster.devices) < 2:
+        return floor
+    edges = _Edges(graph, cluster, cost, times)
+    path, finish = edges.critical_path(fastest)
+    total, k = float(finish[path[0]]), 0
+    while k < len(path) - 1:
+        end, between = edges.segment(path, k, ops)
+        step = float(finish[path[end]] - finish[path[k]])
+        if len(between) <= ops:  # the path's first op starts at 0: its time counts there
+            least = edges.least_time(path[k], between, node_limit, counted=k == 0)
+            step = max(step, least - (total if k == 0 else 0.0))
+        total, k = total + step, end
+    return max(floor, total)
+
+
+class _Edges:
+    """A graph's edges by op (``graph.arrays`` positions), for :func:`segment_bound`."""
+
+    def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel,
+                 times: np.ndarray) -> None:
+        a = graph.arrays
+        self.graph, self.cluster, self.cost, self.times = graph, cluster, cost, times
+        n = len(a.names)
+        self.preds: list[list[int]] = [[] for _ in range(n)]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for e, (src, dst) in enumerate(zip(a.edge_src.tolist(), a.edge_dst.tolist(),
+                                           strict=True)):
+            self.preds[dst].append(e)
+            self.succs[src].append(e)
+        self.src, self.dst = a.edge_src.tolist(), a.edge_dst.tolist()
+        self.free = np.zeros(n, bool)  # collectives: their transfers are their own
+        self.free[[a.position[name] for name in graph.collectives]] = True
+
+    def critical_path(self, fastest: np.ndarray) -> tuple[list[int], np.ndarray]:
+        """The longest path of ``fastest`` times (positions, first to last) and each op's
+        earliest end along it."""
+        finish = np.zeros(len(fastest))
+        before = [-1] * len(fastest)
+        for i in range(len(fastest)):  # arrays order is topological
+            for e in self.preds[i]:
+                j = self.src[e]
+                if before[i] < 0 or finish[j] > finish[before[i]]:
+                    before[i] = j
+            finish[i] = fastest[i] + (finish[before[i]] if before[i] >= 0 else 0.0)
+        path = [int(np.argmax(finish))]
+        while before[path[-1]] >= 0:
+            path.append(before[path[-1]])
+        return path[::-1], finish
+
+    def between(self, first: int, last: int) -> set[int]:
+        """The descendants of op ``first`` that are ancestors of op ``last``, with it."""
+        ancestors, stack = {last}, [last]
+        while stack:
+            for e in self.preds[stack.pop()]:
+                j = self.src[e]
+                if j > first and j not in ancestors:  # positions are topological
+                    ancestors.add(j)
+                    stack.append(j)
+        return self.below(first, ancestors)
+
+    def segment(self, path: list[int], k: int, ops: int) -> tuple[int, set[int]]:
+        """The segment from ``path[k]`` and the ops between its ends: of the ends with at
+        most ``ops`` ops between, the one fewest ops of the window are concurrent with
+        (neither between ``path[k]`` and it nor its descendants, of the ops between
+        ``path[k]`` and the first end past the limit, or the path's last op), the furthest
+        on a tie: a cut inside a fork-join would leave the join's other branches out of
+        both segments. A step of more than ``ops`` ops between is a segment alone."""
+        ends = [(k + 1, self.between(path[k], path[k + 1]))]
+        window = ends[0][1]
+        for j in range(k + 2, len(path)):
+            window = self.between(path[k], path[j])
+            if len(window) > ops:
+                break
+            ends.append((j, window))
+        if len(ends[0][1]) > ops:
+            return ends[0]
+
+        def concurrent(end: tuple[int, set[int]]) -> int:
+            return len(window - end[1] - self.below(path[end[0]], window))
+
+        return min(reversed(ends), key=concurrent)
+
+    def below(self, op: int, within: set[int]) -> set[int]:
+        """The descendants of ``op`` in ``within`` (reached through ``within``)."""
+        reached, stack = set(), [op]
+        while stack:
+            for e in self.succs[stack.pop()]:
+                j = self.dst[e]
+                if j in within and j not in reached:
+                    reached.add(j)
+                    stack.append(j)
+        return reached
+
+    def least_time(self, first: int, between: set[int], node_limit: int,
+                   counted: bool = False) -> float:
+        """The least time from op ``first`` ending (``counted``: starting) to the last of
+        ``between`` ending (see :func:`segment_bound`): the program's proven bound, less
+        :data:`MILP_SLACK`."""
+        from policies.optimal import Schedules  # HiGHS's MILP only where asked for
+
+        members = [first, *sorted(between)]
+        local = {op: i for i, op in enumerate(members)}
+        times = self.times[members].copy()
+        if not counted:  # done: it only sends
+            times[0] = np.where(np.isfinite(times[0]), 0.0, np.inf)
+        edges = [(local[self.src[e]], local[v], self._crossing(e))
+                 for v in members[1:] for e in self.preds[v] if self.src[e] in local]
+        group = self.graph.group_index[members]
+        lead = [next(j for j in range(len(members)) if group[j] == group[i])
+                if group[i] >= 0 else i for i in range(len(members))]
+        overlap = np.array([d.compute_streams > 1 for d in self.cluster.devices])
+        model = Schedules(times, edges, lead, overlap)
+        dual = getattr(model.solve(node_limit), "mip_dual_bound", None)
+        if dual is None or not np.isfinite(dual):
+            return 0.0
+        return max(0.0, (float(dual) - MILP_SLACK) * model.scale)
+
+    def _crossing(self, e: int) -> np.ndarray:
+        """Edge ``e``'s tensor's transfer time between each pair of devices."""
+        names = self.cluster.device_names
+        out = np.zeros((len(names), len(names)))
+        if self.free[self.src[e]] or self.free[self.dst[e]]:
+            return out
+        a = self.graph.arrays
+        tensor = int(a.edge_tensor[e])
+        for d, f in itertools.permutations(range(len(names)), 2):
+            out[d, f] = self.cost.tensor_transfer_time(
+                a.tensor_names[tensor], int(a.tensor_bytes[tensor]), names[d], names[f])
+        return out
 
 
 def _group_representatives(graph: Graph) -> np.ndarray:
