@@ -11,7 +11,7 @@ import heapq
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from itertools import chain, filterfalse, repeat
 from operator import attrgetter
 from pathlib import Path
@@ -227,6 +227,20 @@ class Graph:
                 and self.outputs == other.outputs and dict(self.meta) == dict(other.meta))
 
     __hash__ = None  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its name, ops, outputs and metadata, rebuilt (and checked) by the
+        constructor: ``meta`` is a read-only view, which pickle cannot take, and the arrays
+        derived from the ops are made again, read-only, when first asked for.
+
+        >>> import pickle
+        >>> from workloads.zoo import build_model
+        >>> g = build_model("mlp", batch=8)
+        >>> pickle.loads(pickle.dumps(g)) == g
+        True
+        """
+        return (partial(Graph, meta=dict(self.meta)),
+                (self.name, self.ops, self._outputs))
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, ops={len(self)})"

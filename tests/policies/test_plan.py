@@ -317,6 +317,22 @@ def test_a_plan_from_arrays_is_the_plan_its_lists_make(case) -> None:  # type: i
 
 
 @settings(max_examples=30, deadline=None)
+@given(sequenced_dags())
+def test_a_pickled_plan_is_the_same_plan(case) -> None:  # type: ignore[no-untyped-def]
+    """Made from lists or from arrays (its dicts not yet worked out), a plan comes back from
+    pickle (as a process pool or a Dask worker sends it) equal, with the same JSON."""
+    import pickle
+
+    g, ranked, placement = case
+    listed = Plan(g, placement, split_by_device(ranked, placement), policy="p")
+    codes, sequence = _arrays(g, ranked, placement)
+    for p in (listed, Plan.from_sequence(g, _DEVICES, codes, sequence, policy="p")):
+        back = pickle.loads(pickle.dumps(p))
+        assert back == p
+        assert back.to_json() == p.to_json()
+
+
+@settings(max_examples=30, deadline=None)
 @given(st.randoms(use_true_random=False))
 def test_arrays_that_split_a_group_are_refused_as_the_lists_would_be(rnd) -> None:  # type: ignore[no-untyped-def]
     from workloads import training_graph

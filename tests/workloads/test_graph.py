@@ -32,6 +32,24 @@ def test_json_round_trip_is_lossless(g: Graph) -> None:
 
 
 @settings(max_examples=60, deadline=None)
+@given(random_dags(), st.dictionaries(st.sampled_from(["model", "batch", "step"]),
+                                      st.integers() | st.text(max_size=5)))
+def test_a_pickled_or_copied_graph_is_the_same_graph(g: Graph, meta: dict) -> None:  # type: ignore[type-arg]
+    import copy
+    import pickle
+
+    g = g.derive(g.ops, **meta)
+    g.arrays  # noqa: B018 (worked out before: the copy makes its own, read-only)
+    for back in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g)):
+        assert back == g
+        assert dict(back.meta) == dict(g.meta)
+        assert back.topological_order() == g.topological_order()
+        assert not back.arrays.flops.flags.writeable
+        with pytest.raises(TypeError):
+            back.meta["batch"] = 1  # type: ignore[index]
+
+
+@settings(max_examples=60, deadline=None)
 @given(random_dags())
 def test_topological_order_respects_every_edge(g: Graph) -> None:
     position = {name: i for i, name in enumerate(g.topological_order())}
