@@ -1,6 +1,6 @@
-"""How ``mcmc``'s defaults (``beta``, ``segments``, ``screen``, ``keyed``) were chosen: on sets kept
-apart from everything ``benchmarks/search_quality.py`` reports, so that its figures are on
-instances the choice never saw.
+"""How ``mcmc``'s defaults (``beta``, ``segments``, ``screen``, ``small_screen``, ``keyed``)
+were chosen: on sets kept apart from everything ``benchmarks/search_quality.py`` reports, so
+that its figures are on instances the choice never saw.
 
 1. **small graphs**: random DAGs of 8-12 ops, seeds :data:`TUNING_SEEDS` (the benchmark
    reports :data:`benchmarks.search_quality.REPORTED_SEEDS`), against the MILP optimum
@@ -11,7 +11,9 @@ instances the choice never saw.
    one-shot heuristic.
 
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
-``--screens`` number of the chain's moves drawn per evaluation, each ``--keyed`` share,
+``--screens`` number of the chain's moves drawn per evaluation (on graphs of more than 32
+units), each ``--small-screens`` number of them on graphs of at most 32, each ``--keyed``
+share,
 each ``--key-sigmas`` step of the priorities (the default 0.1 is the ``keyed`` row of the
 default share), each ``--key-screens`` number of priority moves decoded per evaluation
 and each ``--key-selects`` choice of device in the priority search's decoder
@@ -21,7 +23,7 @@ run, on graphs of any size (by default all three only on graphs of more than 32 
 ``--seeds``: the large graphs' gains are means over these seeds of the search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
-                                       [--screens 1,4,16,64]
+                                       [--screens 1,4,16,64] [--small-screens 1,2,4,8]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
                                        [--key-screens 1,4]
                                        [--key-selects earliest,optimistic] [--seeds 0]
@@ -94,8 +96,8 @@ class Setting:
 
 
 def _settings(betas: list[float], segments: list[float], screens: list[int],
-              keyed: list[float], sigmas: list[float], key_screens: list[int],
-              selects: list[str]) -> list[Setting]:
+              small_screens: list[int], keyed: list[float], sigmas: list[float],
+              key_screens: list[int], selects: list[str]) -> list[Setting]:
     # runs of units, screened moves and the priority search on graphs of any size (for
     # the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
@@ -105,6 +107,7 @@ def _settings(betas: list[float], segments: list[float], screens: list[int],
             + [Setting(f"segments {g:g}", MCMC(segments=g), anywhere) for g in segments]
             + [Setting(f"screen {k}", MCMC(screen=k), screened_anywhere)
                for k in screens]
+            + [Setting(f"small screen {k}", MCMC(small_screen=k)) for k in small_screens]
             + [Setting(f"keyed {k:g}", MCMC(keyed=k), keyed_anywhere) for k in keyed]
             + [Setting(f"key sigma {x:g}", MCMC(), (*keyed_anywhere, (keys, "KEY_SIGMA", x)))
                for x in sigmas]
@@ -163,6 +166,9 @@ def main() -> None:
     parser.add_argument("--screens", default="1,4,64",
                         help="moves drawn per evaluation of the chain (the default, 16, is the "
                              "default row of every other family)")
+    parser.add_argument("--small-screens", default="1,2,4,8",
+                        help="moves drawn per evaluation of the chain on graphs of at most 32 "
+                             "units (the small graphs; the large ones are not screened so)")
     parser.add_argument("--keyed", default="0,0.25,0.5,0.75")
     parser.add_argument("--key-sigmas", default="0.05,0.2")
     parser.add_argument("--key-screens", default="1")
@@ -172,6 +178,7 @@ def main() -> None:
     parser.add_argument("--out")
     args = parser.parse_args()
     screens = _counts(parser, args.screens, "--screens", 1, required=False)
+    small_screens = _counts(parser, args.small_screens, "--small-screens", 1, required=False)
     key_screens = _counts(parser, args.key_screens, "--key-screens", 1, required=False)
     seeds = _counts(parser, args.seeds, "--seeds", 0, required=True)
     selects = [x for x in args.key_selects.split(",") if x]
@@ -180,13 +187,14 @@ def main() -> None:
                      f"got {args.key_selects!r}")
     betas, segments, keyed, sigmas = ([float(x) for x in text.split(",") if x] for text in
                                       (args.betas, args.segments, args.keyed, args.key_sigmas))
-    settings = _settings(betas, segments, screens, keyed, sigmas, key_screens, selects)
+    settings = _settings(betas, segments, screens, small_screens, keyed, sigmas, key_screens,
+                         selects)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(
                  f"--{name.replace('_', '-')} {shlex.quote(getattr(args, name))}" for name in (
-                     "betas", "segments", "screens", "keyed", "key_sigmas", "key_screens",
-                     "key_selects", "seeds")), "",
+                     "betas", "segments", "screens", "small_screens", "keyed", "key_sigmas",
+                     "key_screens", "key_selects", "seeds")), "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
              *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "

@@ -53,14 +53,14 @@ class Moves:
     compiled: ClassVar[bool] = True
 
     def __init__(self, problem: Problem, segments: float, rng: np.random.Generator,
-                 screen: int = 1) -> None:
+                 screen: int = 1, small_screen: int = 1) -> None:
         """What proposals draw from: the units that may move and where, each unit's
         neighbours, and the edges an order move must not invert. ``segments``: the share
         of moves that take a run of units elsewhere, on graphs of more than
         :data:`SEGMENT_FROM` units; ``screen``: the moves drawn per proposal, of which the
         one of least contention-free makespan is proposed, on graphs of more than
-        :data:`SCREEN_FROM` units whose transfer times tabulate
-        (:func:`policies.compiled.comm_table`: the model can run compiled)."""
+        :data:`SCREEN_FROM` units (``small_screen`` on smaller ones) whose transfer times
+        tabulate (:func:`policies.compiled.comm_table`: the model can run compiled)."""
         self.problem, self.rng = problem, rng
         p = problem
         self.units = [i for i in range(p.n) if p.node_of[i] == i]
@@ -83,8 +83,8 @@ class Moves:
         self.segments = segments if len(self.units) > SEGMENT_FROM else 0.0
         # the interpreted model, 16 times an evaluation, can cost more than the evaluation
         # (the transfer table is built only where a screen would use it)
-        self.screen = screen if screen > 1 and len(self.units) > SCREEN_FROM \
-            and p.comm_table is not None else 1
+        sized = screen if len(self.units) > SCREEN_FROM else small_screen
+        self.screen = sized if sized > 1 and p.comm_table is not None else 1
         self._leads = np.asarray(p.node_of, dtype=np.int64)  # each op follows its lead
         # the current state's arrays, and those of the move proposed last
         self._state: _State | None = None

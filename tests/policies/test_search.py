@@ -654,24 +654,25 @@ def test_a_proposal_depends_on_the_state_and_the_draws_alone_not_on_the_chain_s_
         visited.append(chosen)
 
 
-def test_moves_are_screened_only_on_large_graphs_and_screen_is_at_least_one() -> None:
+def test_large_graphs_are_screened_by_screen_small_ones_by_small_screen() -> None:
     from policies.moves import SCREEN_FROM, Moves
 
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
     small, large = random_dag(SCREEN_FROM, seed=1), random_dag(SCREEN_FROM + 1, seed=1)
-    for graph, screen in ((small, 1), (large, MCMC().screen)):
-        moves = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(0),
-                      MCMC().screen)
+    for graph, screen in ((small, 3), (large, 16)):
+        moves = Moves(Problem(graph, cluster, cost), 0.3, np.random.default_rng(0), 16, 3)
         assert moves.screen == screen
+    assert Moves(Problem(small, cluster, cost), 0.3, np.random.default_rng(0), 16).screen == 1
     assert MCMC().screen > 1
     unscreened = Problem(large, cluster, cost)
-    assert Moves(unscreened, 0.3, np.random.default_rng(0), 1).screen == 1
+    assert Moves(unscreened, 0.3, np.random.default_rng(0), 1, 8).screen == 1
     assert "comm_table" not in vars(unscreened)  # no transfer table built for no screen
-    for bad in (0, 1.5):
-        with pytest.raises(PlacementError, match=rf"^policy 'mcmc': screen must be an int "
-                                                 rf">= 1, got {bad}$"):
-            MCMC(screen=bad)  # type: ignore[arg-type]
+    for name in ("screen", "small_screen"):
+        for bad in (0, 1.5):
+            with pytest.raises(PlacementError, match=rf"^policy 'mcmc': {name} must be an "
+                                                     rf"int >= 1, got {bad}$"):
+                MCMC(**{name: bad})  # type: ignore[arg-type]
 
 
 @_screened_graphs
