@@ -16,7 +16,7 @@
   that path cut into segments, each the least time, found by an exact mixed-integer
   program over every device, from one op of the path ending to a later one ending, with
   every op between them (descendant of the one, ancestor of the other) placed and
-  ordered, its transfers paid; the head and tail of the path, and the segments summed.
+  ordered, its transfers paid; the segments summed, the first from the path's start.
   Tighter where the path's fork-joins cannot spread without transfers (on identical
   devices, where the other bounds are the critical path), dearest of the three (a
   program of up to ``ops`` ops per segment: tens of seconds at 800 ops on four devices).
@@ -227,8 +227,10 @@ def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int =
 
     Take the longest path of fastest op times (the one :func:`critical_path_bound` gives),
     from its first op ``p0`` to its last. Cut it at ops ``c0 = p0, c1, ...``, each segment
-    as long as holds at most ``ops`` ops *between* its ends: descendants of ``c[k]`` that are
-    ancestors of ``c[k+1]``, ``c[k+1]`` itself included. Every such op starts after
+    holding at most ``ops`` ops *between* its ends (descendants of ``c[k]`` that are
+    ancestors of ``c[k+1]``, ``c[k+1]`` itself included) and ending, of the path's ops
+    within that limit, at the one fewest ops are concurrent with (the furthest on a tie),
+    so that a fork-join is cut as seldom as the limit allows. Every such op starts after
     ``c[k]`` ends and ends before ``c[k+1]`` does, so in any plan ``c[k+1]`` ends at least
     the least time in which those ops can run after ``c[k]`` ends: each at its least time
     on the device it is given, a device's ops one at a time (per stream: a device of more
@@ -241,7 +243,9 @@ def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int =
     (:class:`policies.optimal.Schedules`, HiGHS) solved to its proven bound within
     ``node_limit`` nodes; a segment of more than ``ops`` ops between two consecutive ops
     of the path counts that step's critical path time. The bound is the segments' sum, the
-    first counting ``p0``'s own time too (it starts the path, at 0 at the earliest).
+    first counting ``p0``'s own time too (it starts the path, at 0 at the earliest). The
+    program grows with the square of the devices (a crossing variable for each edge and
+    ordered pair of devices): the bound is meant for clusters of a few devices.
 
     >>> from hwmodels import get_cluster, RooflineCost
     >>> from workloads.zoo.sequence import bert_base

@@ -4,9 +4,10 @@ A *unit* is an op or a co-placement group's lead, which its group follows. A mov
 unit to another device that runs it (a neighbour's device, a swap with a unit elsewhere, or
 any other device), on graphs of more than :data:`SEGMENT_FROM` units a run of up to
 :data:`SEGMENT_LONGEST` of one device's units together, or lets an op and the next op of its
-device trade places in the global order every device's order is drawn from. On graphs of
-more than :data:`SCREEN_FROM` units a proposal can be the best of several moves drawn, by
-the list schedulers' contention-free model (``screen``).
+device trade places in the global order every device's order is drawn from. A proposal can
+be the best of several moves drawn, by the list schedulers' contention-free model
+(``screen`` of them on graphs of more than :data:`SCREEN_FROM` units, ``small_screen`` on
+smaller ones).
 
 >>> from hwmodels import RooflineCost, get_cluster
 >>> from policies.problem import Problem
@@ -34,7 +35,8 @@ __all__ = ["KINDS", "SCREEN_FROM", "SEGMENT_FROM", "SEGMENT_LONGEST", "Moves"]
 
 #: Runs of units move together on graphs of more than this many units, at most this long.
 SEGMENT_FROM, SEGMENT_LONGEST = 32, 16
-#: Proposals are screened (:meth:`Moves.propose`) on graphs of more than this many units.
+#: Proposals are screened (:meth:`Moves.propose`) by ``screen`` on graphs of more than
+#: this many units, by ``small_screen`` on the others.
 SCREEN_FROM = 32
 #: The kinds of move (:attr:`Moves.kind`): a unit to a neighbour's device, two units
 #: swapping devices, a unit to any other device, a run of units together, two ops trading

@@ -676,6 +676,19 @@ class Plan:
     def transfer_bytes(self) -> int:
         return sum(t.nbytes for t in self.transfers)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled: pickle gives arrays back writeable, so the position and device-code
+        arrays that every caller of :meth:`order_positions` and :meth:`device_codes`
+        shares are made read-only again."""
+        self.__dict__.update(state)
+        shared = [*state.get("_codes", {}).values(), *state.get("_positions", {}).values()]
+        sequenced = state.get("_sequenced")
+        if sequenced is not None:
+            shared += [sequenced.codes, *sequenced.positions.values()]
+        for value in shared:
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Plan):
             return NotImplemented

@@ -327,9 +327,13 @@ def test_a_pickled_plan_is_the_same_plan(case) -> None:  # type: ignore[no-untyp
     listed = Plan(g, placement, split_by_device(ranked, placement), policy="p")
     codes, sequence = _arrays(g, ranked, placement)
     for p in (listed, Plan.from_sequence(g, _DEVICES, codes, sequence, policy="p")):
+        p.device_codes(_DEVICES), p.order_positions(_DEVICES)  # the caches pickled too
         back = pickle.loads(pickle.dumps(p))
         assert back == p
         assert back.to_json() == p.to_json()
+        shared = [back.device_codes(_DEVICES), *back.order_positions(_DEVICES)]
+        assert (shared[0] == p.device_codes(_DEVICES)).all()
+        assert not any(a.flags.writeable for a in shared)  # shared by every caller
 
 
 @settings(max_examples=30, deadline=None)

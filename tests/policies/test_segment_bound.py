@@ -1,7 +1,7 @@
-"""The segment bound: closed forms worked by hand, equal to the optimum found by brute
-force where the whole path is one segment and below it otherwise, below every simulated
-run (random heterogeneous clusters, every link model, collectives, several streams), and
-never below the simple bounds."""
+"""The segment bound: closed forms worked by hand, equal to the optimum found by brute force
+where every op lies between the path's first and last (a fork-join) and below it otherwise,
+below every simulated run (random heterogeneous clusters, every link model, collectives,
+several streams), and never below the simple bounds."""
 
 from __future__ import annotations
 
