@@ -52,10 +52,11 @@ Picking one of four moves by the scheduler's estimate, against scoring each, lif
 gain on each of the three tuning cells with room (means of four seeds: +8.4%, +4.0% and
 +6.0% against +7.6%, +3.0% and +5.8%).
 
-The chain screens its moves too, on graphs of more than 32 ops and groups whose transfer
-times tabulate: each evaluation scores, of ``screen`` (16) moves drawn from the current
-state, the one whose plan the list schedulers' contention-free model
-(:func:`policies.problem.schedule_length`, compiled) puts first (the first such on a
+The chain screens its moves too, on graphs whose transfer times tabulate: each evaluation
+scores, of ``screen`` (16) moves drawn from the current state (on graphs of more than 32
+ops and groups; ``small_screen`` on the others, below), the one whose plan the list
+schedulers' contention-free model (:func:`policies.problem.schedule_length`, compiled) puts
+first (the first such on a
 tie), so the evaluator's budget goes to the moves that model favours and, where none of
 them is faster in it, to the least slower, most often a trade of places in the order that
 leaves the model's makespan as it was. On the tuning cells (means of seeds 0 and 1) 1, 4,
