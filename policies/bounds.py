@@ -99,15 +99,25 @@ def critical_path_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> floa
 
 def _critical_path(graph: Graph, times: np.ndarray) -> float:
     """The longest path of these op times (``graph.arrays`` order), communication free."""
+    return max(_longest_paths(graph, times)[0], default=0.0)
+
+
+def _longest_paths(graph: Graph, times: np.ndarray) -> tuple[list[float], list[int]]:
+    """Each op's end on the longest path of these op times (``graph.arrays`` order) that
+    ends with it, and its predecessor on that path (the first of the latest; -1 for none)."""
     a = graph.arrays
     fastest = times.tolist()
     finish = [0.0] * len(a.names)
+    before = [-1] * len(a.names)
     preds: list[list[int]] = [[] for _ in a.names]
     for src, dst in zip(a.edge_src.tolist(), a.edge_dst.tolist(), strict=True):
         preds[dst].append(src)
     for i in range(len(a.names)):  # arrays order is topological
-        finish[i] = fastest[i] + max((finish[p] for p in preds[i]), default=0.0)
-    return max(finish, default=0.0)
+        for p in preds[i]:
+            if before[i] < 0 or finish[p] > finish[before[i]]:
+                before[i] = p
+        finish[i] = fastest[i] + (finish[before[i]] if before[i] >= 0 else 0.0)
+    return finish, before
 
 
 def work_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
@@ -262,11 +272,15 @@ def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int =
     if len(fastest) == 0 or len(cluster.devices) < 2:
         return floor
     edges = _Edges(graph, cluster, cost, times)
-    path, finish = edges.critical_path(fastest)
-    total, k = float(finish[path[0]]), 0
+    finish, before = _longest_paths(graph, fastest)
+    path = [max(range(len(finish)), key=finish.__getitem__)]  # the first of the longest
+    while before[path[-1]] >= 0:
+        path.append(before[path[-1]])
+    path.reverse()
+    total, k = finish[path[0]], 0
     while k < len(path) - 1:
         end, between = edges.segment(path, k, ops)
-        step = float(finish[path[end]] - finish[path[k]])
+        step = finish[path[end]] - finish[path[k]]
         if len(between) <= ops:  # the path's first op starts at 0: its time counts there
             least = edges.least_time(path[k], between, node_limit, counted=k == 0)
             step = max(step, least - (total if k == 0 else 0.0))
@@ -291,22 +305,6 @@ class _Edges:
         self.src, self.dst = a.edge_src.tolist(), a.edge_dst.tolist()
         self.free = np.zeros(n, bool)  # collectives: their transfers are their own
         self.free[[a.position[name] for name in graph.collectives]] = True
-
-    def critical_path(self, fastest: np.ndarray) -> tuple[list[int], np.ndarray]:
-        """The longest path of ``fastest`` times (positions, first to last) and each op's
-        earliest end along it."""
-        finish = np.zeros(len(fastest))
-        before = [-1] * len(fastest)
-        for i in range(len(fastest)):  # arrays order is topological
-            for e in self.preds[i]:
-                j = self.src[e]
-                if before[i] < 0 or finish[j] > finish[before[i]]:
-                    before[i] = j
-            finish[i] = fastest[i] + (finish[before[i]] if before[i] >= 0 else 0.0)
-        path = [int(np.argmax(finish))]
-        while before[path[-1]] >= 0:
-            path.append(before[path[-1]])
-        return path[::-1], finish
 
     def between(self, first: int, last: int) -> set[int]:
         """The descendants of op ``first`` that are ancestors of op ``last``, with it."""
@@ -366,9 +364,9 @@ class _Edges:
             times[0] = np.where(np.isfinite(times[0]), 0.0, np.inf)
         edges = [(local[self.src[e]], local[v], self._crossing(e))
                  for v in members[1:] for e in self.preds[v] if self.src[e] in local]
-        group = self.graph.group_index[members]
-        lead = [next(j for j in range(len(members)) if group[j] == group[i])
-                if group[i] >= 0 else i for i in range(len(members))]
+        leader: dict[int, int] = {}  # each group's first member here leads it
+        lead = [leader.setdefault(g, i) if g >= 0 else i
+                for i, g in enumerate(self.graph.group_index[members].tolist())]
         overlap = np.array([d.compute_streams > 1 for d in self.cluster.devices])
         model = Schedules(times, edges, lead, overlap)
         dual = getattr(model.solve(node_limit), "mip_dual_bound", None)

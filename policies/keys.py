@@ -126,15 +126,8 @@ class _Decoded:
     def decode(self, priority: list[float], order: list[int]) -> tuple[Plan, float]:
         """The plan these priorities give (``order``: the order they take ops in) and the
         scheduler's estimate of its makespan."""
-        placed, estimate = self._placed(priority, order)
-        return self._plan(placed, order), estimate
-
-    def _placed(self, priority: list[float], order: list[int]
-                ) -> tuple[Callable[[], Placement], float]:
-        """A function that makes the list schedule these priorities give, and the
-        schedule's estimated makespan."""
         estimate, placed = self.scheduler.decode_estimate(self.problem, priority, order)
-        return placed, estimate
+        return self._plan(placed, order), estimate
 
     def _plan(self, placed: Callable[[], Placement], order: list[int]) -> Plan:
         """The plan of a list schedule (made and checked only for the move scored)."""
@@ -163,7 +156,7 @@ class _Decoded:
             if digest in self.seen:
                 continue  # the same plan as one decoded
             self.seen.add(digest)
-            placed, guess = self._placed(priority, order)
+            guess, placed = self.scheduler.decode_estimate(self.problem, priority, order)
             if chosen is None or guess < chosen[2]:
                 chosen = (keys, placed, guess, order)
             if guess <= estimate:

@@ -53,22 +53,21 @@ gain on each of the three tuning cells with room (means of four seeds: +8.4%, +4
 +6.0% against +7.6%, +3.0% and +5.8%).
 
 The chain screens its moves too, on graphs whose transfer times tabulate: each evaluation
-scores, of ``screen`` (16) moves drawn from the current state (on graphs of more than 32
-ops and groups; ``small_screen`` on the others, below), the one whose plan the list
-schedulers' contention-free model (:func:`policies.problem.schedule_length`, compiled) puts
-first (the first such on a
-tie), so the evaluator's budget goes to the moves that model favours and, where none of
-them is faster in it, to the least slower, most often a trade of places in the order that
-leaves the model's makespan as it was. On the tuning cells (means of seeds 0 and 1) 1, 4,
-16 and 64 moves gave a median gain of +2.2%, +2.1%, +2.3% and +2.2%, and on the three cells
-with room +8.5%, +8.8%, +8.9% and +8.9% (Inception-v3's SGD step on four V100s), +4.2%,
-+4.2%, +4.4% and +4.3% (its forward pass on the workstation) and +6.4%, +7.2%, +7.1% and
-+7.3% (BERT-base's SGD step on the workstation); on the small graphs, screened in those rows
-only, 4 reached 38 optima of 40, 16 reached 34 (35 unscreened) and 64 only 26. Graphs of
-at most 32 ops and groups are screened by their own number, ``small_screen`` (8), chosen on
-the small tuning graphs: 1, 2, 4 and 8 moves reached 35, 36, 38 and 38 optima of 40, mean
-gap 0.09%, 0.16%, 0.09% and 0.03% (the large graphs' gains the same in every row). Where
-the evaluator is the contention-free model itself, as in ``benchmarks/search_quality.py``'s
+scores, of ``screen`` (16) moves drawn from the current state (on graphs of more than 32 ops
+and groups; ``small_screen`` on the others, below), the one whose plan the list schedulers'
+contention-free model (:func:`policies.problem.schedule_length`, compiled) puts first (the
+first such on a tie), so the evaluator's budget goes to the moves that model favours and,
+where none of them is faster in it, to the least slower, most often a trade of places in the
+order that leaves the model's makespan as it was. On the tuning cells (means of seeds 0 and
+1) 1, 4, 16 and 64 moves gave a median gain of +2.2%, +2.1%, +2.3% and +2.2%, and on the
+three cells with room +8.5%, +8.8%, +8.9% and +8.9% (Inception-v3's SGD step on four V100s),
++4.2%, +4.2%, +4.4% and +4.3% (its forward pass on the workstation) and +6.4%, +7.2%, +7.1%
+and +7.3% (BERT-base's SGD step on the workstation); on the small graphs, screened in those
+rows only, 4 reached 38 optima of 40, 16 reached 34 (35 unscreened) and 64 only 26. Graphs
+of at most 32 ops and groups are screened by their own number, ``small_screen`` (8), chosen
+on the small tuning graphs: 1, 2, 4 and 8 moves reached 35, 36, 38 and 38 optima of 40, mean
+gap 0.09%, 0.16%, 0.09% and 0.03% (the large graphs' gains the same in every row). Where the
+evaluator is the contention-free model itself, as in ``benchmarks/search_quality.py``'s
 comparison with the MILP, the screen ranks a move by the very score it would get.
 """
 
