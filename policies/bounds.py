@@ -179,7 +179,10 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     unit = floor if floor > 0 else float(crossing.max(initial=0.0))
     if unit <= 0:
         return floor
-    times, crossing = times / unit, crossing / unit
+    with np.errstate(over="ignore"):
+        times, crossing = times / unit, crossing / unit
+    if not np.isfinite(crossing).all():  # a transfer past what a float holds in these units
+        return floor  # (a subnormal op time): no program to solve
     times, streams = _device_classes(cluster, times)
     n_dev = len(streams)
     able = np.isfinite(times)

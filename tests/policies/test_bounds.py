@@ -212,6 +212,18 @@ def test_no_data_parallel_run_on_a_mixed_pair_is_shorter() -> None:
     assert simulate(p, cluster, cost, order="priority").makespan_s >= bound
 
 
+def test_an_op_time_near_the_smallest_float_gives_the_simple_bound() -> None:
+    """In units of a floor of 2e-323 s, a 4-byte transfer overflows: the program cannot be
+    written, and the bound is the lower bound (no run is shorter)."""
+    cluster = toy_cluster(2, bandwidth=1e9, latency_s=1e-6)
+    g = Graph("ab", [op("a"), op("b", ("a",))])
+    cost = SpeedCost(cluster, {"a": 0.0, "b": 5e-324}, {"d0": 0.25, "d1": 0.25})
+    bound = relaxation_bound(g, cluster, cost)
+    assert bound == lower_bound(g, cluster, cost) > 0
+    run = simulate(Plan(g, {"a": "d0", "b": "d0"}, {"d0": ["a", "b"]}), cluster, cost)
+    assert run.makespan_s >= bound
+
+
 def test_heft_on_the_workstation_is_above_it() -> None:
     from hwmodels import RooflineCost, get_cluster
     from workloads import build_model, training_graph
