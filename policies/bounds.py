@@ -7,11 +7,12 @@
 * :func:`relaxation_bound`: a linear program that couples the two and adds communication:
   each op split over the kinds of device (a fraction on each, its time the mix of
   theirs; the ops of a co-placement group split alike), every path of the graph and every
-  kind's load within the makespan, and a tensor whose producer and reader sit on different
-  kinds arriving no sooner than its fastest transfer. Tighter on heterogeneous clusters
-  (where the fastest device cannot run everything at once), dearer to compute (an LP of
-  ops x kinds + edges x kinds rows; a tenth of a second to a few tenths at 600-1,000 ops
-  on four devices).
+  kind's load within the makespan, and within the windows the critical path leaves for
+  the ops that fork from it and join it again, and a tensor whose producer and reader sit
+  on different kinds arriving no sooner than its fastest transfer. Tighter on
+  heterogeneous clusters (where the fastest device cannot run everything at once), dearer
+  to compute (an LP of ops x kinds + edges x kinds + windows x kinds rows; a few tenths
+  of a second to a second at 600-1,000 ops on four devices).
 * :func:`segment_bound`: transfers priced on the path that sets the critical path bound:
   that path cut into segments, each the least time, found by an exact mixed-integer
   program over every device, from one op of the path ending to a later one ending, with
@@ -32,6 +33,7 @@ can tell apart (:meth:`hwmodels.cost.CostModel.least_op_times`).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,6 +58,10 @@ SEGMENT_OPS, SEGMENT_NODES = 24, 2000
 #: What a segment's least time (in units of its program's horizon) is reduced by, so that the
 #: solver's integrality and feasibility tolerances never lift it above a reachable one.
 MILP_SLACK = 1e-5
+
+#: The most path ops apart two ends of a window of :func:`relaxation_bound` are (an
+#: Inception-v3 module's branches join up to 16 ops down its longest path)
+WINDOW_SPAN = 16
 
 
 def least_times(graph: Graph, cluster: Cluster, cost: CostModel) -> np.ndarray:
@@ -152,10 +158,16 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     producer ends, plus, for an edge, the fastest transfer of its tensor between any two
     devices times ``z >= x[src, k] - x[dst, k]`` (every class); every op ends by the
     makespan ``T``, and each class's share of the work fits in ``T`` times its compute
-    streams. Every plan's run is one solution (its ops' times, starts and classes: ``z``
-    is 1 only where an edge's ends sit in different classes, so on different devices; a
-    group's ops all in its device's class), so ``T`` is a lower bound. A homogeneous
-    cluster is one class, and the bound is :func:`lower_bound` there.
+    streams. So does its share of the ops of a window, in the window's time: the ops
+    between two ops of the longest path of fastest times (descendants of the one,
+    ancestors of the other, at most :data:`WINDOW_SPAN` path ops apart) between the one's
+    end and the other's start, a path op's ancestors before its start, its descendants
+    between its end and ``T`` (windows that add only a path op to a narrower one are left
+    out: they follow from it). Every plan's run is one solution (its ops' times, starts
+    and classes: ``z`` is 1 only where an edge's ends sit in different classes, so on
+    different devices; a group's ops all in its device's class; a window's ops run in
+    it), so ``T`` is a lower bound. A homogeneous cluster is one class, and the bound is
+    :func:`lower_bound` there.
     Solved by HiGHS (``scipy.optimize.linprog``), less a relative :data:`LP_SLACK`.
 
     >>> from hwmodels import get_cluster, RooflineCost
@@ -216,6 +228,20 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel) -> float:
     rows.add(pair, x_cols[dst].ravel(), -np.ones(e * n_dev))
     rows.add(pair, z + np.repeat(np.arange(e), n_dev), -np.ones(e * n_dev))
     rows.close(e * n_dev)
+    # windows: ops between two of the path's ops, or before or after one of them, run in
+    # the time between, before or after it, each class's share within its streams
+    path = _path(*_longest_paths(graph, times.min(axis=1)))
+    for first, last, inside in _windows(graph, path, WINDOW_SPAN):
+        bounds = [(start + last if last >= 0 else makespan, -1.0)]
+        if first >= 0:  # after the first op ends
+            bounds.append((start + first, 1.0))
+        for k in range(n_dev):
+            rows.add(np.zeros(len(inside), int), x_cols[inside, k], t[inside, k])
+            rows.add(np.zeros(len(bounds), int), np.array([c for c, _ in bounds]),
+                     streams[k] * np.array([v for _, v in bounds]))
+            if first >= 0:
+                rows.add(np.zeros(n_dev, int), x_cols[first], streams[k] * t[first])
+            rows.close(1)
     n_vars = makespan + 1
     reps = np.unique(share_of)
     spread = sp.csr_matrix((np.ones(len(reps) * n_dev),
@@ -276,10 +302,7 @@ def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int =
         return floor
     edges = _Edges(graph, cluster, cost, times)
     finish, before = _longest_paths(graph, fastest)
-    path = [max(range(len(finish)), key=finish.__getitem__)]  # the first of the longest
-    while before[path[-1]] >= 0:
-        path.append(before[path[-1]])
-    path.reverse()
+    path = _path(finish, before)
     total, k = finish[path[0]], 0
     while k < len(path) - 1:
         end, between = edges.segment(path, k, ops)
@@ -389,6 +412,57 @@ class _Edges:
             out[d, f] = self.cost.tensor_transfer_time(
                 a.tensor_names[tensor], int(a.tensor_bytes[tensor]), names[d], names[f])
         return out
+
+
+def _path(finish: list[float], before: list[int]) -> list[int]:
+    """The longest path (the first of the longest) from :func:`_longest_paths`' answer,
+    its first op first."""
+    path = [max(range(len(finish)), key=finish.__getitem__)] if finish else []
+    while path and before[path[-1]] >= 0:
+        path.append(before[path[-1]])
+    return path[::-1]
+
+
+def _windows(graph: Graph, path: list[int], span: int,
+             ) -> Iterator[tuple[int, int, np.ndarray]]:
+    """The windows of :func:`relaxation_bound`: ``(first, last, ops)`` for ops between
+    path ops ``first`` and ``last`` at most ``span`` apart, -1 for ``first`` where ``ops``
+    are ``last``'s ancestors, -1 for ``last`` where they are ``first``'s descendants.
+    A window is left out where it adds to the one before it (on ``last``'s side) only the
+    path's op there: that one's capacity then follows from the other's and that op's own
+    time; a chain of the path's ops alone is left out as precedence already orders it."""
+    a = graph.arrays
+    n = len(a.names)
+    anc, desc = [0] * n, [0] * n  # bit sets, each op's producers and readers first
+    for src, dst in zip(a.edge_src.tolist(), a.edge_dst.tolist(), strict=True):
+        anc[dst] |= 1 << src
+        desc[src] |= 1 << dst
+    for i in range(n):  # positions are topological: each closes over closed ones
+        for j in _bits(anc[i]):
+            anc[i] |= anc[j]
+    for i in reversed(range(n)):
+        for j in _bits(desc[i]):
+            desc[i] |= desc[j]
+    on_path = sum(1 << op for op in path)
+    for i, first in enumerate([-1, *path]):
+        before = 0
+        for last in [*path[i:i + span], -1] if first >= 0 else path:
+            ops = (desc[first] if first >= 0 else -1) & (anc[last] if last >= 0 else -1)
+            ops &= (1 << n) - 1
+            grown = ops & ~before & ~on_path
+            before = ops
+            if grown:
+                yield first, last, np.array(_bits(ops))
+
+
+def _bits(bits: int) -> list[int]:
+    """The positions of a bit set's ones, lowest first."""
+    out = []
+    while bits:
+        low = bits & -bits
+        out.append(low.bit_length() - 1)
+        bits ^= low
+    return out
 
 
 def _group_representatives(graph: Graph) -> np.ndarray:

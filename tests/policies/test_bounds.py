@@ -79,6 +79,35 @@ def test_a_group_is_kept_off_a_device_one_of_its_ops_cannot_run_on() -> None:
     assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(2.0, rel=2 * LP_SLACK)
 
 
+def test_a_fork_off_the_path_fits_in_its_window() -> None:
+    # a -> {b, c} -> d -> e on a pair: a, b, c, d take 1 s on d0 only, e 10 s on either.
+    # The path a, b, d, e is 13 s, and d0's load (4 s, e on d1) fits in 13; but b and c
+    # both run between a's end and d's start, one after the other: d starts at 3 at the
+    # earliest, and the bound is 14, the optimum (the transfers take 4 ns over 1 GB/s)
+    g = Graph("fork", [op("a"), op("b", ("a",)), op("c", ("a",)), op("d", ("b", "c")),
+                       op("e", ("d",))])
+    times = {"a": {"d0": 1.0}, "b": {"d0": 1.0}, "c": {"d0": 1.0}, "d": {"d0": 1.0},
+             "e": {"d0": 10.0, "d1": 10.0}}
+    cost = TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0), times, {})
+    assert lower_bound(g, cost.cluster, cost) == 13.0
+    assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(14.0, rel=2 * LP_SLACK)
+    assert brute_force_makespan(Problem(g, cost.cluster, cost)) == 14.0
+
+
+def test_what_follows_a_path_op_fits_after_it() -> None:
+    # s (5 s on d1 only) -> a -> {f, b -> c}, a, b, c 1 s each and f 3 s, on d0 only: the
+    # path s, a, f is 9 s and d0's load 6 s, but f, b and c all run on d0 after a ends at
+    # 6 at the earliest: 11 s, the optimum (and 4 ns for s's tensor to cross)
+    g = Graph("tail", [op("s"), op("a", ("s",)), op("b", ("a",)), op("c", ("b",)),
+                       op("f", ("a",))])
+    times = {"s": {"d1": 5.0}, "a": {"d0": 1.0}, "b": {"d0": 1.0}, "c": {"d0": 1.0},
+             "f": {"d0": 3.0}}
+    cost = TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0), times, {})
+    assert lower_bound(g, cost.cluster, cost) == 9.0
+    assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(11.0, rel=2 * LP_SLACK)
+    assert brute_force_makespan(Problem(g, cost.cluster, cost)) == pytest.approx(11.0)
+
+
 def test_a_device_of_two_streams_runs_two_ops_at_once() -> None:
     cluster = Cluster("one", (Device("d0", "gpu", {"fp32": 1e12}, 2**34, 1e11,
                                      compute_streams=2),))
