@@ -91,6 +91,8 @@ def test_a_fork_off_the_path_fits_in_its_window() -> None:
     cost = TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0), times, {})
     assert lower_bound(g, cost.cluster, cost) == 13.0
     assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(14.0, rel=2 * LP_SLACK)
+    assert relaxation_bound(g, cost.cluster, cost, windows=False) == pytest.approx(
+        13.0, rel=2 * LP_SLACK)
     assert brute_force_makespan(Problem(g, cost.cluster, cost)) == 14.0
 
 
@@ -105,6 +107,8 @@ def test_what_follows_a_path_op_fits_after_it() -> None:
     cost = TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0), times, {})
     assert lower_bound(g, cost.cluster, cost) == 9.0
     assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(11.0, rel=2 * LP_SLACK)
+    assert relaxation_bound(g, cost.cluster, cost, windows=False) == pytest.approx(
+        9.0, rel=2 * LP_SLACK)
     assert brute_force_makespan(Problem(g, cost.cluster, cost)) == pytest.approx(11.0)
 
 
