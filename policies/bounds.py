@@ -19,7 +19,8 @@
   every op between them (descendant of the one, ancestor of the other) placed and
   ordered, its transfers paid; the segments summed, the first from the path's start.
   Tighter where the path's fork-joins cannot spread without transfers (on identical
-  devices, where the other bounds are the critical path), dearest of the three (a
+  devices, where the others count their branches' work only once it exceeds the
+  devices' streams), dearest of the three (a
   program of up to ``ops`` ops per segment: tens of seconds at 800 ops on four devices).
 
 All hold for the simulator's model: an op never runs faster than on its fastest device,
@@ -60,7 +61,7 @@ SEGMENT_OPS, SEGMENT_NODES = 24, 2000
 MILP_SLACK = 1e-5
 
 #: The most path ops apart two ends of a window of :func:`relaxation_bound` are (an
-#: Inception-v3 module's branches join up to 16 ops down its longest path)
+#: Inception-v3 module's branches join up to 16 ops down its longest path).
 WINDOW_SPAN = 16
 
 
@@ -163,12 +164,14 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel, *,
     between two ops of the longest path of fastest times (descendants of the one,
     ancestors of the other, at most :data:`WINDOW_SPAN` path ops apart) between the one's
     end and the other's start, a path op's ancestors before its start, its descendants
-    between its end and ``T`` (windows that add only a path op to a narrower one are left
-    out: they follow from it). Every plan's run is one solution (its ops' times, starts
-    and classes: ``z`` is 1 only where an edge's ends sit in different classes, so on
-    different devices; a group's ops all in its device's class; a window's ops run in
-    it), so ``T`` is a lower bound. A homogeneous cluster is one class, and the bound is
-    :func:`lower_bound` there. The windows make the program about ten times slower to
+    between its end and ``T`` (a window between two path ops that adds only a path op to
+    the one a path op narrower is left out: it follows from that one). Every plan's run
+    is one solution (its ops' times, starts and classes: ``z`` is 1 only where an edge's
+    ends sit in different classes, so on different devices; a group's ops all in its
+    device's class; a window's ops run in it), so ``T`` is a lower bound. A homogeneous
+    cluster is one class: there only a window's work beyond its streams lifts the bound
+    above :func:`lower_bound` (a fork of four 1 s ops between two on two devices: 4
+    against 3). The windows make the program about ten times slower to
     solve (5.8 s against 0.4 s on a 2,700-op Adam step on two kinds of device, growing
     about as the square of the ops): ``windows=False`` leaves them out.
     Solved by HiGHS (``scipy.optimize.linprog``), less a relative :data:`LP_SLACK`.
@@ -409,58 +412,47 @@ class _Edges:
 def _path(finish: list[float], before: list[int]) -> list[int]:
     """The longest path (the first of the longest) from :func:`_longest_paths`' answer,
     its first op first."""
-    path = [max(range(len(finish)), key=finish.__getitem__)] if finish else []
-    while path and before[path[-1]] >= 0:
+    path = [max(range(len(finish)), key=finish.__getitem__)]
+    while before[path[-1]] >= 0:
         path.append(before[path[-1]])
     return path[::-1]
 
 
 def _window_rows(rows: _Rows, graph: Graph, path: list[int], x_cols: np.ndarray,
                  t: np.ndarray, streams: np.ndarray, start: int, makespan: int) -> int:
-    """Add :func:`relaxation_bound`'s windows to ``rows`` (shares ``x_cols``, ops x
-    classes; start columns from ``start``; the makespan's ``makespan``), and the columns
-    they add after it: each class's load of the ops before each path op and of those after
-    it, each the one before's (after's) and the ops it adds, so that the rows hold each op
-    once per class, not once per path op. The number of columns in all."""
+    """Add :func:`relaxation_bound`'s windows to ``rows``: ``x_cols`` the shares' columns
+    (ops x classes), ``start`` the first start column, ``makespan`` the makespan's column.
+    The loads of the ops before and after each path op (per class) are columns of their
+    own after ``makespan``, each the nearer path op's plus the ops it adds, so the rows
+    hold each op once per class and side. Returns the number of columns in all."""
     n_dev = len(streams)
     anc, desc = _closures(graph)
-    block: list[tuple[int, np.ndarray, np.ndarray]] = []  # row, its columns and values
     for first, last, inside in _windows(anc, desc, path, WINDOW_SPAN):
         for k in range(n_dev):  # inside's load <= streams * (start[last] - end[first])
-            block.append((len(block),
-                           np.concatenate((x_cols[inside, k], [start + last, start + first],
-                                           x_cols[first])),
-                           np.concatenate((t[inside, k], [-streams[k], streams[k]],
-                                           streams[k] * t[first]))))
+            rows.row([*x_cols[inside, k], start + last, start + first, *x_cols[first]],
+                     [*t[inside, k], -streams[k], streams[k], *(streams[k] * t[first])])
     heads, tails = makespan + 1, makespan + 1 + len(path) * n_dev
     for j, op in enumerate(path):
-        before = anc[op] & ~(anc[path[j - 1]] if j else 0)  # new since the path op before
-        after = desc[op] & ~(desc[path[j + 1]] if j + 1 < len(path) else 0)
+        ancestors = _bits(anc[op] & ~(anc[path[j - 1]] if j else 0))  # new since the last
+        descendants = _bits(desc[op] & ~(desc[path[j + 1]] if j + 1 < len(path) else 0))
         for k in range(n_dev):
             head, tail = heads + j * n_dev + k, tails + j * n_dev + k
-            for load, added, nearer in ((head, before, head - n_dev if j else -1),
-                                        (tail, after, tail + n_dev if j + 1 < len(path)
-                                         else -1)):
-                ops = np.array(_bits(added), int)  # load >= nearer load + added ops' load
-                extra = ([nearer], [1.0]) if nearer >= 0 else ([], [])
-                block.append((len(block), np.concatenate((x_cols[ops, k], [load], extra[0])),
-                              np.concatenate((t[ops, k], [-1.0], extra[1]))))
+            # each load at least the nearer one's (none at the path's ends) and its ops'
+            rows.row([*x_cols[ancestors, k], head, *([head - n_dev] if j else [])],
+                     [*t[ancestors, k], -1.0, *([1.0] if j else [])])
+            final = j + 1 == len(path)
+            rows.row([*x_cols[descendants, k], tail, *([] if final else [tail + n_dev])],
+                     [*t[descendants, k], -1.0, *([] if final else [1.0])])
             # the ops before op fit before its start; those after it, after its end
-            block.append((len(block), np.array([head, start + op]),
-                          np.array([1.0, -streams[k]])))
-            block.append((len(block), np.concatenate(([tail, makespan, start + op],
-                                                      x_cols[op])),
-                          np.concatenate(([1.0, -streams[k], streams[k]],
-                                          streams[k] * t[op]))))
-    for r, columns, values in block:
-        rows.add(np.full(len(columns), r), np.asarray(columns, int),
-                 np.asarray(values, float))
-    rows.close(len(block))
+            rows.row([head, start + op], [1.0, -streams[k]])
+            rows.row([tail, makespan, start + op, *x_cols[op]],
+                     [1.0, -streams[k], streams[k], *(streams[k] * t[op])])
     return tails + len(path) * n_dev
 
 
 def _closures(graph: Graph) -> tuple[list[int], list[int]]:
-    """Each op's ancestors and descendants (``graph.arrays`` positions) as bit sets."""
+    """Each op's ancestors and descendants (``graph.arrays`` positions) as bit sets (a
+    quarter of the ops squared in bytes: 25 MB at 10,000 ops)."""
     a = graph.arrays
     n = len(a.names)
     anc, desc = [0] * n, [0] * n  # each op's producers and readers first
@@ -484,10 +476,10 @@ def _windows(anc: list[int], desc: list[int], path: list[int], span: int,
     the path op's own time; a chain of path ops alone, from precedence)."""
     on_path = sum(1 << op for op in path)
     for i, first in enumerate(path):
-        before = 0
+        narrower = 0
         for last in path[i + 1:i + 1 + span]:
             ops = desc[first] & anc[last]
-            grown, before = ops & ~before & ~on_path, ops
+            grown, narrower = ops & ~narrower & ~on_path, ops
             if grown:
                 yield first, last, np.array(_bits(ops))
 
@@ -545,6 +537,11 @@ class _Rows:
 
     def close(self, rows: int) -> None:
         self.count += rows
+
+    def row(self, cols: list[int], values: list[float]) -> None:
+        """One row of its own, closed."""
+        self.add(np.zeros(len(cols), int), np.array(cols, int), np.array(values, float))
+        self.close(1)
 
     def matrix(self, n_vars: int) -> sp.csr_matrix:
         import scipy.sparse as sp

@@ -96,6 +96,51 @@ def test_a_fork_off_the_path_fits_in_its_window() -> None:
     assert brute_force_makespan(Problem(g, cost.cluster, cost)) == 14.0
 
 
+def test_on_identical_devices_a_window_beyond_the_streams_lifts_the_bound() -> None:
+    # a -> {b0..b3} -> d, every op 1 s, on two identical devices: the four branches take
+    # 2 s between a's end and d's start, so 4, the optimum, where the simple bound says 3
+    g = Graph("fork", [op("a"), *(op(f"b{i}", ("a",)) for i in range(4)),
+                       op("d", tuple(f"b{i}" for i in range(4)))])
+    cost = TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0),
+                     {o.name: {"d0": 1.0, "d1": 1.0} for o in g}, {})
+    assert lower_bound(g, cost.cluster, cost) == 3.0
+    assert relaxation_bound(g, cost.cluster, cost) == pytest.approx(4.0, rel=2 * LP_SLACK)
+    assert brute_force_makespan(Problem(g, cost.cluster, cost)) == pytest.approx(4.0)
+
+
+@st.composite
+def spines(draw: st.DrawFn) -> tuple[Graph, TableCost]:
+    """Up to seven ops on a pair of devices where windows bind: a spine of path ops, each
+    step forking to one or two side ops that join the next, and an op hanging off it; each
+    op's time on each device drawn (some on one device only), each tensor's transfer."""
+    ops, spine = [op("s0")], ["s0"]
+    while len(ops) < 6:
+        sides = [f"f{len(ops)}_{i}" for i in range(draw(st.integers(0, 2)))]
+        ops += [op(name, (spine[-1],)) for name in sides]
+        spine.append(f"s{len(spine)}")
+        ops.append(op(spine[-1], (spine[-2], *sides)))
+    if draw(st.booleans()):
+        ops.append(op("hang", (draw(st.sampled_from(spine[:-1])),)))
+    g = Graph("spine", ops)
+    times = {}
+    for o in g:
+        only = draw(st.sampled_from([None, "d0", "d1"]))
+        times[o.name] = {d: float(draw(st.integers(1, 4))) for d in ("d0", "d1")
+                         if only in (None, d)}
+    transfers = {o.name: draw(st.sampled_from([0.0, 0.5, 2.0])) for o in g}
+    return g, TableCost(toy_cluster(2, bandwidth=1e9, latency_s=0.0), times, transfers)
+
+
+@settings(max_examples=40, deadline=None)
+@given(spines())
+def test_on_spines_below_the_optimum_and_above_the_bound_without_windows(
+        case: tuple[Graph, TableCost]) -> None:
+    g, cost = case
+    bound = relaxation_bound(g, cost.cluster, cost)
+    assert relaxation_bound(g, cost.cluster, cost, windows=False) * (1 - 1e-6) <= bound
+    assert bound <= brute_force_makespan(Problem(g, cost.cluster, cost)) * (1 + 1e-9)
+
+
 def test_what_follows_a_path_op_fits_after_it() -> None:
     # s (5 s on d1 only) -> a -> {f, b -> c}, a, b, c 1 s each and f 3 s, on d0 only: the
     # path s, a, f is 9 s and d0's load 6 s, but f, b and c all run on d0 after a ends at
@@ -141,7 +186,9 @@ def test_ops_that_take_no_time_still_pay_a_forced_crossing() -> None:
     assert relaxation_bound(g, cluster, cost) == pytest.approx(run, rel=2 * LP_SLACK)
 
 
-def test_on_identical_devices_it_is_the_simple_bound() -> None:
+def test_on_identical_devices_branches_within_the_streams_give_the_simple_bound() -> None:
+    # the six branches' 27 s of work over four devices fits in the longest one's 7 s: no
+    # window binds, and one class of devices leaves nothing else to lift the bound
     cluster = toy_cluster(4)
     g = Graph("fan", [op("s"), *(op(f"m{i}", ("s",)) for i in range(6)),
                       op("t", tuple(f"m{i}" for i in range(6)))])
