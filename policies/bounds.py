@@ -20,8 +20,8 @@
   ordered, its transfers paid; the segments summed, the first from the path's start.
   Tighter where the path's fork-joins cannot spread without transfers (on identical
   devices, where the others count their branches' work only once it exceeds the
-  devices' streams), dearest of the three (a
-  program of up to ``ops`` ops per segment: tens of seconds at 800 ops on four devices).
+  devices' streams), dearest of the three (a program of up to ``ops`` ops per segment:
+  tens of seconds at 800 ops on four devices).
 
 All hold for the simulator's model: an op never runs faster than on its fastest device,
 never before its producers end (and a tensor from another device has arrived), and a stream
@@ -171,9 +171,9 @@ def relaxation_bound(graph: Graph, cluster: Cluster, cost: CostModel, *,
     device's class; a window's ops run in it), so ``T`` is a lower bound. A homogeneous
     cluster is one class: there only a window's work beyond its streams lifts the bound
     above :func:`lower_bound` (a fork of four 1 s ops between two on two devices: 4
-    against 3). The windows make the program about ten times slower to
-    solve (5.8 s against 0.4 s on a 2,700-op Adam step on two kinds of device, growing
-    about as the square of the ops): ``windows=False`` leaves them out.
+    against 3). The windows make the program about ten times slower to solve (5.8 s
+    against 0.4 s on a 2,700-op Adam step on two kinds of device, growing about as the
+    square of the ops): ``windows=False`` leaves them out.
     Solved by HiGHS (``scipy.optimize.linprog``), less a relative :data:`LP_SLACK`.
 
     >>> from hwmodels import get_cluster, RooflineCost

@@ -110,8 +110,8 @@ def test_on_identical_devices_a_window_beyond_the_streams_lifts_the_bound() -> N
 
 @st.composite
 def spines(draw: st.DrawFn) -> tuple[Graph, TableCost]:
-    """Up to seven ops on a pair of devices where windows bind: a spine of path ops, each
-    step forking to one or two side ops that join the next, and an op hanging off it; each
+    """Six to nine ops on a pair of devices where windows bind: a spine, each step of it
+    forking to up to two side ops that join the next, and maybe an op hanging off it; each
     op's time on each device drawn (some on one device only), each tensor's transfer."""
     ops, spine = [op("s0")], ["s0"]
     while len(ops) < 6:
