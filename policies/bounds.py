@@ -310,7 +310,8 @@ def segment_bound(graph: Graph, cluster: Cluster, cost: CostModel, *, ops: int =
 
 
 class _Edges:
-    """A graph's edges by op (``graph.arrays`` positions), for :func:`segment_bound`."""
+    """A graph's edges into each op and each op's ancestors and descendants
+    (``graph.arrays`` positions, :func:`_closures`), for :func:`segment_bound`."""
 
     def __init__(self, graph: Graph, cluster: Cluster, cost: CostModel,
                  times: np.ndarray) -> None:
@@ -318,25 +319,16 @@ class _Edges:
         self.graph, self.cluster, self.cost, self.times = graph, cluster, cost, times
         n = len(a.names)
         self.preds: list[list[int]] = [[] for _ in range(n)]
-        self.succs: list[list[int]] = [[] for _ in range(n)]
-        for e, (src, dst) in enumerate(zip(a.edge_src.tolist(), a.edge_dst.tolist(),
-                                           strict=True)):
+        for e, dst in enumerate(a.edge_dst.tolist()):
             self.preds[dst].append(e)
-            self.succs[src].append(e)
         self.src, self.dst = a.edge_src.tolist(), a.edge_dst.tolist()
+        self.anc, self.desc = _closures(graph)
         self.free = np.zeros(n, bool)  # collectives: their transfers are their own
         self.free[[a.position[name] for name in graph.collectives]] = True
 
     def between(self, first: int, last: int) -> set[int]:
         """The descendants of op ``first`` that are ancestors of op ``last``, with it."""
-        ancestors, stack = {last}, [last]
-        while stack:
-            for e in self.preds[stack.pop()]:
-                j = self.src[e]
-                if j > first and j not in ancestors:  # positions are topological
-                    ancestors.add(j)
-                    stack.append(j)
-        return self.below(first, ancestors)
+        return set(_bits(self.desc[first] & (self.anc[last] | 1 << last)))
 
     def segment(self, path: list[int], k: int, ops: int) -> tuple[int, set[int]]:
         """The segment from ``path[k]`` and the ops between its ends: of the ends with at
@@ -361,15 +353,9 @@ class _Edges:
         return min(reversed(ends), key=concurrent)
 
     def below(self, op: int, within: set[int]) -> set[int]:
-        """The descendants of ``op`` in ``within`` (reached through ``within``)."""
-        reached, stack = set(), [op]
-        while stack:
-            for e in self.succs[stack.pop()]:
-                j = self.dst[e]
-                if j in within and j not in reached:
-                    reached.add(j)
-                    stack.append(j)
-        return reached
+        """The descendants of ``op`` in ``within`` (the ops between two others, so every
+        path from ``op`` to one of them stays within)."""
+        return {j for j in within if self.desc[op] >> j & 1}
 
     def least_time(self, first: int, between: set[int], node_limit: int,
                    counted: bool = False) -> float:
