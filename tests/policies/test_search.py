@@ -699,3 +699,43 @@ def test_the_plan_scored_is_the_state_proposed(graph: Graph, screen: int) -> Non
                         priority={n: float(len(ranked) - k) for k, n in enumerate(ranked)})
         assert search.score(where, ranked)[1] == expected
         state = proposed
+
+
+def test_a_chain_after_one_that_found_nothing_faster_starts_from_a_kicked_plan() -> None:
+    # the first chain finds the best plan, the second nothing faster: the third and the
+    # fourth each begin with one kicked plan, scored first, which is slower
+    graph, cluster = build_model("mlp", batch=8), get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    score, _, seen = recording(contention_free(cluster, cost))
+    p = plan(graph, cluster, MCMC(evals=200, restarts=4, seed=2), cost, evaluate=score)
+    first, *rest = p.info["best_per_restart_s"]
+    assert first < p.info["start_score_s"] and rest == [first] * 3
+    assert p.info["kicks"] == 2 and len(seen) == p.info["evals"] == 200
+    assert p.info["score_s"] == min(seen) == seen[p.info["best_eval"] - 1]
+    # three starts, then chains of (200 - 3) // 4, (200 - 52) // 3, (200 - 101) // 2 and the
+    # last 50 evaluations: the kicked plans are the 102nd and the 151st scored
+    assert min(seen[101], seen[150]) > p.info["score_s"]
+    unkicked = plan(graph, cluster, MCMC(evals=200, restarts=4, seed=2, kick=0), cost,
+                    evaluate=contention_free(cluster, cost))
+    assert unkicked.info["kicks"] == 0
+
+
+def test_kicks_reach_brute_force_optima_that_chains_from_the_best_plan_miss() -> None:
+    # 6-op instances at a small budget: a chain stuck at a local optimum restarts from it
+    # unkicked and stays there
+    reached = {kick: 0 for kick in (0.0, 0.5)}
+    for seed in range(40, 50):
+        graph, cluster, cost = instance(6, seed, devices=3)
+        best = brute_force_makespan(Problem(graph, cluster, cost))
+        for kick in reached:
+            p = plan(graph, cluster, MCMC(evals=60, seed=seed, kick=kick), cost)
+            assert best - 1e-9 <= p.info["score_s"]
+            reached[kick] += p.info["score_s"] <= best + 1e-9
+    assert reached[0.5] > reached[0.0]
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, math.nan])
+def test_kick_is_a_share_of_the_ops_and_groups(bad: float) -> None:
+    with pytest.raises(PlacementError, match=r"^policy 'mcmc': kick "):
+        MCMC(kick=bad)
+    assert MCMC(kick=0).kick == 0
