@@ -390,7 +390,7 @@ def _placed(args: argparse.Namespace, cluster: Any, cost: Any) -> tuple[Any, ...
 
 #: What a search policy reports of its run (``policies.search``).
 _SEARCH_INFO = ("start", "start_score_s", "score_s", "evals", "best_eval", "keyed_evals",
-                "keyed_score_s", "accepted", "stopped_by", "moves")
+                "keyed_score_s", "accepted", "kicks", "stopped_by", "moves")
 
 
 def _search_line(info: dict[str, Any]) -> list[str]:
@@ -403,7 +403,8 @@ def _search_line(info: dict[str, Any]) -> list[str]:
     return [f"  search       {info['start_score_s'] * 1e3:.3f} ms (from {info['start']}) -> "
             f"{info['score_s'] * 1e3:.3f} ms in {info['evals']} evaluations{keyed}, "
             f"best at evaluation {info['best_eval']}, "
-            f"{info['accepted']} chain moves accepted (stopped by {info['stopped_by']})",
+            f"{info['accepted']} chain moves accepted, {info['kicks']} kicked "
+            f"restart{'' if info['kicks'] == 1 else 's'} (stopped by {info['stopped_by']})",
             *_moves_line(info.get("moves", {}))]
 
 

@@ -146,7 +146,8 @@ class MCMC(PlacementPolicy):
 
     ``info`` of the plan reports the start, the evaluations spent (``keyed_evals`` of them
     on priorities, whose best score is ``keyed_score_s``) and the one that scored the plan
-    returned (``best_eval``, 1-based), the chain's moves accepted, what stopped the search
+    returned (``best_eval``, 1-based), the chain's moves accepted, the chains that started
+    from a kicked plan (``kicks``), what stopped the search
     (``evals``, ``patience`` or ``time_limit_s``), the best score at each restart, and for
     each kind of move (:data:`policies.moves.KINDS`) how many the chain proposed, accepted,
     and found faster than its current plan (``moves``).
