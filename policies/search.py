@@ -33,13 +33,14 @@ far, still counted in evaluations; ``time_limit_s`` (off by default) adds a wall
 at the price of that guarantee. The search restarts
 ``restarts`` times from the best plan found so far, and returns the best plan it scored, so
 it is never worse than its start. A chain that follows one which found nothing faster than
-the best plan before it starts from that plan kicked, as iterated local search does: a
-share ``kick`` (0.5) of the number of ops and groups in the chain's moves drawn at random,
-unscreened, at least two, the kicked plan scored first; from the plan as it is, the chain
-would wander back into the neighbourhood it left. On the small tuning graphs a kick of 0,
+the best plan before it starts from that plan kicked, as iterated local search does:
+``kick`` (0.5) x (the ops and groups) of the chain's moves drawn at random, unscreened, at
+least two, the kicked plan scored first (where it does not fit, the chain starts from the
+best plan as it is); from the plan as it is, the chain would wander back into the
+neighbourhood it left. On the small tuning graphs a kick of 0,
 0.25, 0.5, 0.75 and 1 reached the MILP optimum on 38, 38, 40, 38 and 40 of 40 at 2,000
-evaluations, and on the tuning cells each gave a median gain of +2.2% or +2.3% (a chain
-there seldom ends with nothing faster). The starts are scored as their policies made them; the
+evaluations (0.02, 0.05 and 0.1: 39), and on the tuning cells each gave a median gain of
++2.2% or +2.3%. The starts are scored as their policies made them; the
 chain's global order starts as one that gives the best start's device orders back.
 
 Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.25) of the
@@ -110,7 +111,8 @@ SCREEN = 16
 #: :data:`policies.moves.SCREEN_FROM` units (see the module).
 SMALL_SCREEN = 8
 #: The default share of the units moved at random before a chain that follows one which
-#: found nothing faster (see the module); at least :data:`KICK_LEAST` of the chain's moves.
+#: found nothing faster (see the module); at least :data:`KICK_LEAST` of the chain's moves
+#: (one is a move the chain itself could propose, and undo with its first).
 KICK, KICK_LEAST = 0.5, 2
 
 
@@ -333,10 +335,13 @@ class _Search:
             budget = (self.policy.evals - self.used) // (chains - chain)
             kicked = self.kicked(best_state) if stuck and budget > 0 and self.left() else None
             if kicked is not None:  # scored as the chain's first plan
-                now, scored = self.score(*kicked)
-                current, budget, kicks = kicked, budget - 1, kicks + 1
-                if now < best:
-                    best, best_state, best_plan = now, kicked, scored
+                seconds, scored = self.score(*kicked)
+                budget, kicks = budget - 1, kicks + 1
+                if seconds < best:
+                    best, best_state, best_plan = seconds, kicked, scored
+                if math.isfinite(seconds) or math.isinf(best):
+                    current, now = kicked, seconds  # else from the best plan: from one
+                    # that does not fit, the chain would take any move (see accept)
             best_before = best
             for _ in range(budget):
                 if not self.left():
@@ -367,11 +372,12 @@ class _Search:
 
     def kicked(self, state: tuple[list[int], list[str]]
                ) -> tuple[list[int], list[str]] | None:
-        """``state`` after ``kick`` times its number of units (ops and groups) of the
-        chain's moves drawn at random, unscreened, at least :data:`KICK_LEAST`: where a
-        chain found nothing faster, the next starts from it rather than from the same
-        plan, so that it can leave that plan's neighbourhood (None where ``kick`` is 0 or
-        nothing can move)."""
+        """``state`` after ``kick`` x (its ops and groups) of the chain's moves, drawn at
+        random and unscreened, at least :data:`KICK_LEAST`: where a chain found nothing
+        faster, the next starts from there rather than from the same plan, so that it can
+        leave that plan's neighbourhood (None where ``kick`` is 0 or a draw finds nothing
+        to move). Where the kicked plan does not fit and another did, the chain starts
+        from ``state`` as it is."""
         if not self.policy.kick:
             return None
         for _ in range(max(KICK_LEAST, round(self.policy.kick * len(self.moves.units)))):

@@ -469,6 +469,9 @@ def test_simulate_with_a_search_reports_its_run(capsys) -> None:
     assert data["search"]["score_s"] <= data["search"]["start_score_s"]
     assert data["search"]["keyed_evals"] == 0 and data["search"]["keyed_score_s"] is None
     assert 1 <= data["search"]["best_eval"] <= 25
+    # after its two starts, each evaluation a move proposed or a chain's kicked start
+    proposed = sum(kind["proposed"] for kind in data["search"]["moves"].values())
+    assert 0 <= data["search"]["kicks"] <= 3 and proposed + data["search"]["kicks"] == 23
 
 
 def test_a_search_with_patience_says_what_stopped_it(capsys) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pytest
@@ -739,3 +740,88 @@ def test_kick_is_a_share_of_the_ops_and_groups(bad: float) -> None:
     with pytest.raises(PlacementError, match=r"^policy 'mcmc': kick "):
         MCMC(kick=bad)
     assert MCMC(kick=0).kick == 0
+
+
+def _spied_kicks(monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], list[Any], list[int]]:
+    """Record what each kick starts from and gives, and the chain's moves each drew."""
+    from policies import search
+    from policies.moves import Moves
+
+    given: list[Any] = []
+    kicked: list[Any] = []
+    draws: list[int] = []
+    within = [False]
+    kick, draw = search._Search.kicked, Moves.draw
+
+    def spy_kick(self: Any, state: Any) -> Any:
+        given.append(state)
+        draws.append(0)
+        within[0] = True
+        kicked.append(kick(self, state))
+        within[0] = False
+        return kicked[-1]
+
+    def spy_draw(self: Any, where: Any, ranked: Any) -> Any:
+        if within[0]:
+            draws[-1] += 1
+        return draw(self, where, ranked)
+
+    monkeypatch.setattr(search._Search, "kicked", spy_kick)
+    monkeypatch.setattr(Moves, "draw", spy_draw)
+    return given, kicked, draws
+
+
+def test_a_kick_starts_from_the_best_plan_and_a_kicked_plan_faster_than_it_is_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # every plan scores alike, so no chain finds anything faster and the chain wanders
+    # away from the best plan (the first scored): the second chain, the 53rd evaluation
+    # (three starts, then (200 - 3) // 4), starts kicked from the best plan, not from where
+    # the first ended; that plan is made to score less and is returned
+    given, kicked, _ = _spied_kicks(monkeypatch)
+    graph, cluster = build_model("mlp", batch=8), get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    score, plans, seen = recording(lambda p: 0.5 if len(seen) == 52 else 1.0)
+    p = plan(graph, cluster, MCMC(evals=200, seed=2), cost, evaluate=score)
+    assert seen.count(0.5) == 1 and p.info["score_s"] == 0.5 and p.info["best_eval"] == 53
+    assert (p.placement, p.order) == (plans[52].placement, plans[52].order)
+    first = Problem(graph, cluster, cost)
+    index = {d: k for k, d in enumerate(first.devices)}
+    assert given[0][0] == [index[plans[0].placement[n]] for n in first.names]
+    # the second chain finds nothing faster than its kicked plan: the third is kicked from it
+    assert len(kicked) == p.info["kicks"] == 3 and given[1][0] == kicked[0][0]
+
+
+def test_a_kick_draws_kick_times_the_units_moves_and_at_least_two(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _, _, draws = _spied_kicks(monkeypatch)
+    graph, cluster = build_model("mlp", batch=8), get_cluster("workstation")  # 7 units
+    cost = RooflineCost(cluster)
+    for kick, moves in ((0.5, 4), (0.01, 2), (1.0, 7)):
+        draws.clear()
+        p = plan(graph, cluster, MCMC(evals=200, seed=2, kick=kick), cost,
+                 evaluate=lambda _: 1.0)
+        assert p.info["kicks"] == 3 and draws == [moves] * 3
+
+
+def test_a_chain_kicked_to_a_plan_that_does_not_fit_starts_from_the_best_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the kicked plan (the 53rd scored) does not fit: the chain takes no move from it, as
+    # from a plan that does not fit it would take any; it proposes from the best plan
+    from policies.moves import Moves
+
+    _, kicked, _ = _spied_kicks(monkeypatch)
+    proposed_from: list[Any] = []
+    propose = Moves.propose
+
+    def spy_propose(self: Any, where: Any, ranked: Any) -> Any:
+        proposed_from.append((where, ranked))
+        return propose(self, where, ranked)
+
+    monkeypatch.setattr(Moves, "propose", spy_propose)
+    graph, cluster = build_model("mlp", batch=8), get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    score, _, seen = recording(lambda p: math.inf if len(seen) == 52 else 1.0)
+    p = plan(graph, cluster, MCMC(evals=200, seed=2), cost, evaluate=score)
+    assert seen[52] == math.inf and p.info["score_s"] == 1.0 and kicked[0] is not None
+    after = proposed_from[49]  # the first chain's 49 proposals, then the second's first
+    assert after[0] != kicked[0][0] and after[0] == proposed_from[0][0]
