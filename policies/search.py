@@ -37,11 +37,11 @@ the best plan before it starts from that plan kicked, as iterated local search d
 ``kick`` (0.5) x (the ops and groups) of the chain's moves drawn at random, unscreened, at
 least two, the kicked plan scored first (where it does not fit, the chain starts from the
 best plan as it is); from the plan as it is, the chain would wander back into the
-neighbourhood it left. On the small tuning graphs a kick of 0,
-0.25, 0.5, 0.75 and 1 reached the MILP optimum on 38, 38, 40, 38 and 40 of 40 at 2,000
-evaluations (0.02, 0.05 and 0.1: 39), and on the tuning cells each gave a median gain of
-+2.2% or +2.3%. The starts are scored as their policies made them; the
-chain's global order starts as one that gives the best start's device orders back.
+neighbourhood it left. On the small tuning graphs a kick of 0, 0.25, 0.5, 0.75 and 1
+reached the MILP optimum on 38, 38, 40, 38 and 40 of 40 at 2,000 evaluations (0.02, 0.05
+and 0.1: 39), and on the tuning cells each gave a median gain of +2.2% or +2.3%. The
+starts are scored as their policies made them; the chain's global order starts as one
+that gives the best start's device orders back.
 
 Before the chain, on graphs of more than 32 ops and groups, a share ``keyed`` (0.25) of the
 evaluations left after the starts goes to a search over HEFT's priorities
@@ -339,9 +339,10 @@ class _Search:
                 budget, kicks = budget - 1, kicks + 1
                 if seconds < best:
                     best, best_state, best_plan = seconds, kicked, scored
+                # from a plan that does not fit the chain would take any move (accept):
+                # where another fits, it starts from the best plan instead
                 if math.isfinite(seconds) or math.isinf(best):
-                    current, now = kicked, seconds  # else from the best plan: from one
-                    # that does not fit, the chain would take any move (see accept)
+                    current, now = kicked, seconds
             best_before = best
             for _ in range(budget):
                 if not self.left():
