@@ -258,10 +258,17 @@ class _Search:
         self.moves = Moves(self.problem, policy.segments, self.rng, policy.screen,
                            policy.small_screen)
 
-    def left(self) -> bool:
-        limit, patience = self.policy.time_limit_s, self.policy.patience
+    def out_of_time(self) -> bool:
+        """Whether ``time_limit_s`` has passed (then the search stops, and says so)."""
+        limit = self.policy.time_limit_s
         if limit is not None and time.perf_counter() - self.began > limit:
             self.stopped = "time_limit_s"
+            return True
+        return False
+
+    def left(self) -> bool:
+        patience = self.policy.patience
+        if self.out_of_time():
             return False
         if self.used >= self.policy.evals:
             return False  # stopped by "evals", as it says already
@@ -376,12 +383,15 @@ class _Search:
         """``state`` after ``kick`` x (its ops and groups) of the chain's moves, drawn at
         random and unscreened, at least :data:`KICK_LEAST`: where a chain found nothing
         faster, the next starts from there rather than from the same plan, so that it can
-        leave that plan's neighbourhood (None where ``kick`` is 0 or a draw finds nothing
-        to move). Where the kicked plan does not fit and another did, the chain starts
-        from ``state`` as it is."""
+        leave that plan's neighbourhood (None where ``kick`` is 0, where a draw finds
+        nothing to move, and where ``time_limit_s`` passes mid-kick: a draw's time grows with
+        the units, as does a kick's number of draws). Where the kicked plan does not fit and
+        another did, the chain starts from ``state`` as it is."""
         if not self.policy.kick:
             return None
         for _ in range(max(KICK_LEAST, round(self.policy.kick * len(self.moves.units)))):
+            if self.out_of_time():
+                return None
             moved = self.moves.draw(*state)
             if moved is None:
                 return None

@@ -825,3 +825,30 @@ def test_a_chain_kicked_to_a_plan_that_does_not_fit_starts_from_the_best_plan(
     assert seen[52] == math.inf and p.info["score_s"] == 1.0 and kicked[0] is not None
     after = proposed_from[49]  # the first chain's 49 proposals, then the second's first
     assert after[0] != kicked[0][0] and after[0] == proposed_from[0][0]
+
+
+def test_a_kick_stops_drawing_once_the_time_limit_passes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a clock that moves only while a kick draws: the first draw takes it past the limit,
+    # so the kick draws no second move (it would draw four), scores no kicked plan, and
+    # the search stops there, saying why
+    from policies import search
+
+    _, kicked, draws = _spied_kicks(monkeypatch)
+    clock = [0.0]
+    monkeypatch.setattr(search.time, "perf_counter", lambda: clock[0])
+    draw = search.Moves.draw
+
+    def slow(self: Any, where: Any, ranked: Any) -> Any:
+        if draws and len(draws) == len(kicked) + 1:  # within a kick (see _spied_kicks)
+            clock[0] += 100.0
+        return draw(self, where, ranked)
+
+    monkeypatch.setattr(search.Moves, "draw", slow)
+    graph, cluster = build_model("mlp", batch=8), get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    p = plan(graph, cluster, MCMC(evals=200, seed=2, time_limit_s=50.0), cost,
+             evaluate=lambda _: 1.0)
+    assert draws == [1] and kicked == [None]
+    assert p.info["kicks"] == 0 and p.info["stopped_by"] == "time_limit_s"
+    assert p.info["evals"] == 3 + (200 - 3) // 4  # the starts and the first chain
