@@ -34,6 +34,14 @@ the same devices with every link 100 times faster (bandwidth, and a hundredth of
 latency): the best heuristic, the relaxation bound and ``mcmc`` at the largest budget
 against that cluster's lower bound, so how much of each cell's room is its transfers'.
 
+Part 9 (neighbourhoods): part 1's cells more than 10% above the lower bound, ``mcmc`` at the
+largest budget: whether its plan is a local optimum of moves wider than its chain's, each
+scored by the simulator (every unit moved alone to each other device that runs it; every
+branch, a run of units each exchanging tensors with exactly two others, moved whole), and
+the same search with its chain's moves screened by the simulator instead of the
+contention-free model (each screened move simulated, uncounted: what a perfect screening
+model could give).
+
 Part 5 (published): for each model and global batch of NeuSight's Megatron-LM iterations
 on four GPUs (``benchmarks/data``; dp4, tp4 and pp4 measured), ``autoparallel`` over the four
 GPUs (FP32, Adam, as measured) against the strategy that ran fastest for real.
@@ -46,10 +54,10 @@ model (each simulated here).
 Parts run together (in one process) build each cell once (its heuristics' plans) and take
 a search already run on a cell with the same parameters and integer seed, and no
 wall-clock cap, from the part that ran it (a seed and a budget give the same plan): parts
-1, 6 and 7 search each far cell at the largest budget once (part 8's cells have other
+1, 6, 7 and 9 search each far cell at the largest budget once (part 8's cells have other
 links).
 
-    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8] [--quick]
+    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8,9] [--quick]
                                         [--out F]
 """
 
@@ -63,6 +71,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -73,9 +82,10 @@ from hwmodels import RooflineCost, get_cluster, list_clusters
 from hwmodels.spec import Cluster
 from policies import POLICIES, plan
 from policies.bounds import lower_bound, relaxation_bound, segment_bound
+from policies.moves import Moves
 from policies.plans import Plan
-from policies.problem import model_makespan
-from policies.search import MCMC, contention_free
+from policies.problem import Problem, model_makespan
+from policies.search import MCMC, _merged, contention_free
 from policies.testing import random_dag
 from sim import search_evaluator, simulate
 from workloads import Graph, build_model, training_graph
@@ -257,6 +267,103 @@ def part_moves(evals: int, quick: bool) -> pd.DataFrame:
                 rows.append(base | {"kind": kind, **counts})
             print(_line(base | {"gain_vs_heuristic": row["gain_vs_heuristic"]}), flush=True)
     return pd.DataFrame(rows)
+
+
+def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
+    """On the cells far from the bound, whether ``mcmc``'s plan (at ``evals``) is a local
+    optimum of neighbourhoods wider than its chain's, each plan scored by the simulator:
+    every unit (an op, or a group) moved alone to every other device that runs it, and every
+    branch (:func:`branches`) moved whole; and the same search with its chain's moves
+    screened by the simulator itself rather than the contention-free model (16
+    simulations an evaluation, uncounted: what a perfect screening model could give)."""
+    rows = []
+    for cell in cells(quick):
+        if cell.far:
+            row, p = search_run(cell, MCMC(evals=evals))
+            problem = Problem(cell.step, cell.cluster, cell.cost)
+            moved = _relocations(problem, p, [[u] for u in _units(problem)])
+            branched = _relocations(problem, p, branches(problem))
+            with mock.patch.object(Moves, "_schedule_length", _simulated_length):
+                screened = plan(cell.step, cell.cluster, MCMC(evals=evals), cell.cost,
+                                evaluate=search_evaluator(cell.step, cell.cluster, cell.cost,
+                                                          links="fair"))
+            heuristic = cell.best[0]
+            rows.append({"model": cell.model, "cluster": cell.cluster_name, "evals": evals,
+                         "gain_vs_heuristic": row["gain_vs_heuristic"],
+                         "unit_moves": moved[0], "unit_best_gain": moved[1],
+                         "branches": len(branches(problem)), "branch_moves": branched[0],
+                         "branch_best_gain": branched[1],
+                         "simulator_screen_gain_vs_heuristic":
+                             heuristic / screened.info["score_s"] - 1})
+            print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+def _units(problem: Problem) -> list[int]:
+    """The units a search moves: ops outside groups and each group's lead."""
+    return [i for i in range(problem.n) if problem.node_of[i] == i]
+
+
+def branches(problem: Problem) -> list[list[int]]:
+    """The graph's branches as lists of units: the maximal runs of two units or more each
+    exchanging tensors with exactly two other units (a chain of layers; in a training step
+    a layer's forward and backward ops share a group, so the run is one both ways).
+
+    >>> from hwmodels import RooflineCost, get_cluster
+    >>> g = build_model("mlp", batch=8)  # x -> fc1 -> relu1 -> fc2 -> relu2 -> fc3 -> softmax
+    >>> c = get_cluster("workstation")
+    >>> p = Problem(g, c, RooflineCost(c))
+    >>> [[p.names[u] for u in run] for run in branches(p)]
+    [['fc1', 'relu1', 'fc2', 'relu2', 'fc3']]
+    """
+    import networkx as nx
+
+    lead = problem.node_of
+    g = nx.Graph()
+    g.add_nodes_from(_units(problem))
+    g.add_edges_from((lead[i], lead[j]) for i in range(problem.n)
+                     for j, _ in problem.succs[i] if lead[i] != lead[j])
+    inner = g.subgraph(u for u in g if g.degree(u) == 2)
+    return [sorted(run) for run in nx.connected_components(inner) if len(run) > 1]
+
+
+def _relocations(problem: Problem, searched: Plan, runs: list[list[int]]
+                 ) -> tuple[int, float]:
+    """How many plans moving one of ``runs`` of units whole to another device that runs
+    them all (every op of a moved group with its lead; each device's ops in the search's
+    global order) the simulator scored, and the largest gain of one over ``searched``
+    (negative where none is faster)."""
+    evaluate = search_evaluator(problem.graph, problem.cluster, problem.cost, links="fair")
+    names, devices = problem.names, problem.devices
+    index = {d: k for k, d in enumerate(devices)}
+    where = np.array([index[searched.placement[n]] for n in names])
+    position = {n: k for k, n in enumerate(names)}
+    sequence = np.array([position[n] for n in _merged(problem.graph, searched)])
+    lead = np.asarray(problem.node_of)
+    base, best, count = evaluate(searched), np.inf, 0
+    for run in runs:
+        able = np.isfinite(problem.times[run]).all(axis=0)
+        for d in np.flatnonzero(able):
+            if (where[run] == d).all():
+                continue
+            codes = where.copy()
+            codes[np.isin(lead, run)] = d
+            best = min(best, evaluate(Plan.from_sequence(problem.graph, devices, codes,
+                                                         sequence)))
+            count += 1
+    return count, base / best - 1
+
+
+def _simulated_length(self: Moves, devices: np.ndarray, sequence: np.ndarray) -> float:
+    """A screen's ranking by the simulator (fair links) in place of the contention-free
+    model: part 9's stand-in for a perfect screening model."""
+    evaluate = self.__dict__.get("_simulator")
+    problem = self.problem
+    if evaluate is None:
+        evaluate = self.__dict__["_simulator"] = search_evaluator(
+            problem.graph, problem.cluster, problem.cost, links="fair")
+    return float(evaluate(Plan.from_sequence(problem.graph, problem.devices, devices,
+                                             sequence)))
 
 
 #: Part 8's links: this many times the bandwidth, a this-many-th of the latency.
@@ -505,6 +612,18 @@ def main(argv: list[str] | None = None) -> str:
                   f"above the bound, mcmc at {evals} evals", "", *table(df), "",
                   f"the best heuristic within 5% of the bound with fast links on "
                   f"{int((df['fast_heuristic_vs_bound'] <= 1.05).sum())} of {len(df)}"]
+    if 9 in parts:
+        evals = max(int(e) for e in args.evals.split(","))
+        df = part_neighbourhoods(evals, args.quick)
+        lines += ["", f"### Part 9: wider neighbourhoods around mcmc's plans, cells more than "
+                  f"10% above the bound, mcmc at {evals} evals", "", *table(df), "",
+                  f"a one-unit move faster than mcmc's plan on "
+                  f"{int((df['unit_best_gain'] > 0).sum())} of {len(df)}, a branch's on "
+                  f"{int((df['branch_best_gain'] > 0).sum())}; the simulator as the chain's "
+                  f"screen: median gain {df['simulator_screen_gain_vs_heuristic'].median():+.1%} "
+                  f"against {df['gain_vs_heuristic'].median():+.1%}, 10% past the best "
+                  f"heuristic on {int((df['simulator_screen_gain_vs_heuristic'] >= 0.10).sum())}"
+                  f" of {len(df)}"]
     if 5 in parts:
         df = part_published(args.quick)
         lines += ["", "### Part 5: autoparallel against NeuSight's measured 4-GPU strategies",

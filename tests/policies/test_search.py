@@ -852,3 +852,43 @@ def test_a_kick_stops_drawing_once_the_time_limit_passes(
     assert draws == [1] and kicked == [None]
     assert p.info["kicks"] == 0 and p.info["stopped_by"] == "time_limit_s"
     assert p.info["evals"] == 3 + (200 - 3) // 4  # the starts and the first chain
+
+
+def test_the_benchmark_scores_every_move_of_a_unit_and_of_a_branch_around_the_plan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # an SGD step of the mlp on the workstation (nine units, each on either device; one
+    # branch, fc1 to loss): part 9's best one-unit move against each such plan built by
+    # the constructor and run by the full simulator
+    import networkx as nx
+
+    import benchmarks.search_quality as quality
+    from policies.bounds import lower_bound
+    from policies.plans import Plan, split_by_device
+
+    cluster = get_cluster("workstation")
+    cost = RooflineCost(cluster)
+    g = training_graph(build_model("mlp", batch=8), "sgd")
+    cell = quality.Cell("mlp", cluster.name, g, cluster, cost, lower_bound(g, cluster, cost),
+                        {"heft": 1.0}, searches={})  # far: 1 s against microseconds
+    monkeypatch.setattr(quality, "cells", lambda quick: (cell,))
+    row = quality.part_neighbourhoods(60, quick=True).iloc[0]
+    p = quality.search_run(cell, MCMC(evals=60))[1]
+    branch = {p.placement[n] for n in ("fc1", "relu1", "fc2", "relu2", "fc3", "softmax", "loss")}
+    # the branch moves to each device it is not all on already
+    assert row["unit_moves"] == 9 and row["branches"] == 1
+    assert row["branch_moves"] == (2 if len(branch) == 2 else 1)
+    chained = g.to_networkx()
+    for ops in p.order.values():
+        nx.add_path(chained, ops)
+    # the search's global order: ties in the graph's order
+    ranked = list(nx.lexicographical_topological_sort(chained, key=g.arrays.position.get))
+    fastest = math.inf
+    for unit in ("input", "fc1", "relu1", "fc2", "relu2", "fc3", "softmax", "labels", "loss"):
+        ops = g.groups.get(unit, (unit,))
+        other = "cpu0" if p.placement[unit] == "gpu0" else "gpu0"
+        placement = {n: other if n in ops else d for n, d in p.placement.items()}
+        moved = Plan(g, placement, split_by_device(ranked, placement))
+        fastest = min(fastest, simulate(moved, cluster, cost, links="fair").makespan_s)
+    score = simulate(p, cluster, cost, links="fair").makespan_s
+    assert row["unit_best_gain"] == pytest.approx(score / fastest - 1, rel=1e-9, abs=1e-12)
+    assert row["gain_vs_heuristic"] == pytest.approx(1.0 / score - 1)
