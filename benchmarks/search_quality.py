@@ -67,6 +67,7 @@ import argparse
 import dataclasses
 import datetime
 import functools
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -274,15 +275,16 @@ def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
     optimum of neighbourhoods wider than its chain's, each plan scored by the simulator:
     every unit (an op, or a group) moved alone to every other device that runs it, and every
     branch (:func:`branches`) moved whole; and the same search with its chain's moves
-    screened by the simulator itself rather than the contention-free model (16
-    simulations an evaluation, uncounted: what a perfect screening model could give)."""
+    screened by the simulator itself rather than the contention-free model (each move its
+    screen draws simulated, uncounted: what a perfect screening model could give)."""
     rows = []
     for cell in cells(quick):
         if cell.far:
             row, p = search_run(cell, MCMC(evals=evals))
             problem = Problem(cell.step, cell.cluster, cell.cost)
+            runs = branches(problem)
             moved = _relocations(problem, p, [[u] for u in _units(problem)])
-            branched = _relocations(problem, p, branches(problem))
+            branched = _relocations(problem, p, runs)
             with mock.patch.object(Moves, "_schedule_length", _simulated_length):
                 screened = plan(cell.step, cell.cluster, MCMC(evals=evals), cell.cost,
                                 evaluate=search_evaluator(cell.step, cell.cluster, cell.cost,
@@ -292,7 +294,7 @@ def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
                          "gain_vs_heuristic": row["gain_vs_heuristic"],
                          # in percent: the gains are a few hundredths of one
                          "unit_moves": moved[0], "unit_best_gain_pct": 100 * moved[1],
-                         "branches": len(branches(problem)), "branch_moves": branched[0],
+                         "branches": len(runs), "branch_moves": branched[0],
                          "branch_best_gain_pct": 100 * branched[1],
                          "simulator_screen_gain_vs_heuristic":
                              heuristic / screened.info["score_s"] - 1})
@@ -333,7 +335,7 @@ def _relocations(problem: Problem, searched: Plan, runs: list[list[int]]
     """How many plans moving one of ``runs`` of units whole to another device that runs
     them all (every op of a moved group with its lead; each device's ops in the search's
     global order) the simulator scored, and the largest gain of one over ``searched``
-    (negative where none is faster)."""
+    (negative where none is faster, -1 where none fits, NaN where there is no such plan)."""
     evaluate = search_evaluator(problem.graph, problem.cluster, problem.cost, links="fair")
     names, devices = problem.names, problem.devices
     index = {d: k for k, d in enumerate(devices)}
@@ -352,7 +354,7 @@ def _relocations(problem: Problem, searched: Plan, runs: list[list[int]]
             best = min(best, evaluate(Plan.from_sequence(problem.graph, devices, codes,
                                                          sequence)))
             count += 1
-    return count, base / best - 1
+    return count, base / best - 1 if count else math.nan
 
 
 def _simulated_length(self: Moves, devices: np.ndarray, sequence: np.ndarray) -> float:
