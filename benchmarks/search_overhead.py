@@ -12,7 +12,10 @@ same walk each time: the machine's noise only adds). Last, the priority search (
 ``keyed`` phase, :func:`policies.keys.key_search`) over ``--proposals`` evaluations with
 every plan scored alike (so each move is taken): what one of its evaluations costs apart
 from the evaluator (moves drawn, decoded and screened by the scheduler's estimate, the
-plan of the one scored built and checked), the least of ``--rounds`` runs.
+plan of the one scored built and checked), the least of ``--rounds`` runs. And a kicked
+restart's own cost: ``mcmc``'s ``kick`` (its default share) of the units' moves drawn from
+HEFT's plan, unscreened (:meth:`policies.search._Search.kicked`), the least of ``--rounds``,
+against the evaluation above.
 
     python -m benchmarks.search_overhead [--proposals 200] [--rounds 3] [--out F]
 """
@@ -36,7 +39,7 @@ from policies.keys import key_search
 from policies.moves import Moves
 from policies.plans import Plan
 from policies.problem import Problem
-from policies.search import MCMC, _Search
+from policies.search import KICK_LEAST, MCMC, _Search
 from sim import search_evaluator
 from workloads import build_model, training_graph
 from workloads.graph import Graph
@@ -78,7 +81,8 @@ def mean_ms(run: Callable[[], object], count: int, rounds: int) -> float:
     return 1e3 * least / count
 
 
-def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
+def row(label: str, graph: Graph, proposals: int, rounds: int) -> tuple[str, str]:
+    """The table's line for ``graph``, and the kick table's."""
     cluster = get_cluster("quad-v100-nvlink")
     cost = RooflineCost(cluster)
     search = _Search(MCMC(), graph, cluster, cost, lambda _: 0.0)
@@ -104,8 +108,13 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> str:
     evaluate(plans[0])  # compiled code and the graph's arrays, once
     scored = mean_ms(lambda: [evaluate(p) for p in plans], len(plans), rounds)
     own = ms[SCREENS[-1]] + build
+    kick = mean_ms(lambda: search.kicked(start), 1, rounds)
+    units = len(search.moves.units)
+    drawn = max(KICK_LEAST, round(search.policy.kick * units))
     return (f"| {label} | {len(graph):,} | {ms[1]:.2f} | {ms[SCREENS[-1]]:.2f} | {build:.2f} "
-            f"| {scored:.2f} | {own / (own + scored):.2f} | {keyed:.2f} |")
+            f"| {scored:.2f} | {own / (own + scored):.2f} | {keyed:.2f} |",
+            f"| {label} | {len(graph):,} | {units:,} | {drawn:,} | {kick:.2f} "
+            f"| {kick / scored:.1f} |")
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -126,10 +135,15 @@ def main(argv: list[str] | None = None) -> str:
              for n, w, seed in REPORTED_DAGS]
     cases.append(("GPT-2 small, Adam step",
                   training_graph(build_model("gpt2_small", batch=8), "adam")))
+    kicks = ["", "| graph | ops | units | moves a kick draws | kick ms | kick / evaluation |",
+             "|---|---:|---:|---:|---:|---:|"]
     for label, graph in cases:
-        lines.append(row(label, graph, args.proposals, args.rounds))
-        print(lines[-1], flush=True)
-    return record(lines, args.out)
+        line, kick = row(label, graph, args.proposals, args.rounds)
+        lines.append(line)
+        kicks.append(kick)
+        print(line, flush=True)
+    print("\n".join(kicks), flush=True)
+    return record(lines + kicks, args.out)
 
 
 if __name__ == "__main__":
