@@ -39,7 +39,7 @@ from policies.keys import key_search
 from policies.moves import Moves
 from policies.plans import Plan
 from policies.problem import Problem
-from policies.search import KICK_LEAST, MCMC, _Search
+from policies.search import MCMC, _Search
 from sim import search_evaluator
 from workloads import build_model, training_graph
 from workloads.graph import Graph
@@ -109,8 +109,7 @@ def row(label: str, graph: Graph, proposals: int, rounds: int) -> tuple[str, str
     scored = mean_ms(lambda: [evaluate(p) for p in plans], len(plans), rounds)
     own = ms[SCREENS[-1]] + build
     kick = mean_ms(lambda: search.kicked(start), 1, rounds)
-    units = len(search.moves.units)
-    drawn = max(KICK_LEAST, round(search.policy.kick * units))
+    units, drawn = len(search.moves.units), search.kick_moves()
     return (f"| {label} | {len(graph):,} | {ms[1]:.2f} | {ms[SCREENS[-1]]:.2f} | {build:.2f} "
             f"| {scored:.2f} | {own / (own + scored):.2f} | {keyed:.2f} |",
             f"| {label} | {len(graph):,} | {units:,} | {drawn:,} | {kick:.2f} "

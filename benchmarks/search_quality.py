@@ -283,7 +283,7 @@ def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
             row, p = search_run(cell, MCMC(evals=evals))
             problem = Problem(cell.step, cell.cluster, cell.cost)
             runs = branches(problem)
-            moved = _relocations(problem, p, [[u] for u in _units(problem)])
+            moved = _relocations(problem, p, [[u] for u in problem.units()])
             branched = _relocations(problem, p, runs)
             with mock.patch.object(Moves, "_schedule_length", _simulated_length):
                 screened = plan(cell.step, cell.cluster, MCMC(evals=evals), cell.cost,
@@ -302,11 +302,6 @@ def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _units(problem: Problem) -> list[int]:
-    """The units a search moves: ops outside groups and each group's lead."""
-    return [i for i in range(problem.n) if problem.node_of[i] == i]
-
-
 def branches(problem: Problem) -> list[list[int]]:
     """The graph's branches as lists of units: the maximal runs of two units or more each
     exchanging tensors with exactly two other units (a chain of layers; in a training step
@@ -323,7 +318,7 @@ def branches(problem: Problem) -> list[list[int]]:
 
     lead = problem.node_of
     g = nx.Graph()
-    g.add_nodes_from(_units(problem))
+    g.add_nodes_from(problem.units())
     g.add_edges_from((lead[i], lead[j]) for i in range(problem.n)
                      for j, _ in problem.succs[i] if lead[i] != lead[j])
     inner = g.subgraph(u for u in g if g.degree(u) == 2)

@@ -48,16 +48,11 @@ def _edges(p: Problem) -> dict[tuple[int, int], int]:
     return weights
 
 
-def _vertices(p: Problem) -> list[int]:
-    """The ops that stand for themselves or their group."""
-    return [i for i in range(p.n) if p.node_of[i] == i]
-
-
 def _finish(p: Problem, parts: list[int]) -> Placement:
     """Placement from parts (read at each vertex), moving any vertex its part's device
     cannot run to the fastest device that can; priorities are upward ranks."""
     where = list(parts)
-    for i in _vertices(p):
+    for i in p.units():
         if not np.isfinite(p.times[i, where[i]]):
             where[i] = int(np.argmin(p.node_times[i]))
     where = p.follow_leads(where)
@@ -92,7 +87,7 @@ class Metis(PlacementPolicy):
     def _partition(self, p: Problem) -> Placement:
         n_dev = len(p.devices)
         weights = _edges(p)
-        vertices = _vertices(p)
+        vertices = p.units()
         if n_dev == 1 or len(vertices) <= n_dev or not weights:
             return _finish(p, _balance(p))
         index = {op: k for k, op in enumerate(vertices)}
@@ -208,7 +203,7 @@ class _Bisection(PlacementPolicy):
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
         parts = [0] * p.n
-        self._recurse(p, _edges(p), _vertices(p), list(range(len(p.devices))), parts)
+        self._recurse(p, _edges(p), p.units(), list(range(len(p.devices))), parts)
         return _finish(p, parts)
 
     def _recurse(self, p: Problem, edges: Mapping[tuple[int, int], int], ops: list[int],
@@ -310,7 +305,7 @@ class StoneMinCut(PlacementPolicy):
         a, b = self.pair(p, cluster)
         g = nx.DiGraph()
         times = p.node_times
-        for i in _vertices(p):
+        for i in p.units():
             # s side = device a: cutting s->i puts i on b, cutting i->t puts i on a.
             if np.isfinite(times[i, b]):
                 g.add_edge("s", i, capacity=float(times[i, b]))

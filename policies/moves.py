@@ -65,7 +65,7 @@ class Moves:
         tabulate (:func:`policies.compiled.comm_table`: the model can run compiled)."""
         self.problem, self.rng = problem, rng
         p = problem
-        self.units = [i for i in range(p.n) if p.node_of[i] == i]
+        self.units = p.units()
         self.able = [np.flatnonzero(np.isfinite(p.times[u])).tolist() for u in self.units]
         self._able = [frozenset(a) for a in self.able]
         self.movable = [k for k, a in enumerate(self.able) if len(a) > 1]

@@ -41,7 +41,7 @@ class Pipeline(PlacementPolicy):
 
     def place(self, graph: Graph, cluster: Cluster, cost: CostModel) -> Placement:
         p = Problem(graph, cluster, cost)
-        units = [i for i in range(p.n) if p.node_of[i] == i]
+        units = p.units()
         slot = {op: k for k, op in enumerate(units)}
         m = len(units)
         memory_of = np.zeros(p.n)

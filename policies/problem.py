@@ -152,6 +152,19 @@ class Problem:
         np.add.at(times, self.node_of, self.times)
         return times
 
+    def units(self) -> list[int]:
+        """The ops a placement decides (in order): each op outside a group, and each group's
+        lead, which its group follows.
+
+        >>> from hwmodels import RooflineCost, get_cluster
+        >>> from workloads import build_model, training_graph
+        >>> c = get_cluster("workstation")
+        >>> p = Problem(training_graph(build_model("mlp", batch=8), "sgd"), c, RooflineCost(c))
+        >>> len(p.units()), p.n  # fc1's weights, forward, backward and update: one unit
+        (9, 21)
+        """
+        return [i for i in range(self.n) if self.node_of[i] == i]
+
     def follow_leads(self, where: list[int]) -> list[int]:
         """``where`` with every op of a group on the device of the group's lead."""
         return [where[r] for r in self.node_of]

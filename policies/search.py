@@ -378,6 +378,11 @@ class _Search:
             "stopped_by": self.stopped, "moves": tally,
             "best_per_restart_s": per_restart})
 
+    def kick_moves(self) -> int:
+        """The moves a kick draws: ``kick`` x the ops and groups, at least
+        :data:`KICK_LEAST`."""
+        return max(KICK_LEAST, round(self.policy.kick * len(self.moves.units)))
+
     def kicked(self, state: tuple[list[int], list[str]]
                ) -> tuple[list[int], list[str]] | None:
         """``state`` after ``kick`` x (its ops and groups) of the chain's moves, drawn at
@@ -389,7 +394,7 @@ class _Search:
         another did, the chain starts from ``state`` as it is."""
         if not self.policy.kick:
             return None
-        for _ in range(max(KICK_LEAST, round(self.policy.kick * len(self.moves.units)))):
+        for _ in range(self.kick_moves()):
             if self.out_of_time():
                 return None
             moved = self.moves.draw(*state)
