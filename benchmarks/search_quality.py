@@ -557,11 +557,13 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
+    budgets = [int(e) for e in args.evals.split(",")]
+    largest = max(budgets)  # parts 4 and 6-9 search at the largest budget
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python -m benchmarks.search_quality --evals {args.evals} "
              f"--parts {args.parts}{' --quick' if args.quick else ''}"]
     if 1 in parts:
-        df = part_heuristics([int(e) for e in args.evals.split(",")], args.quick)
+        df = part_heuristics(budgets, args.quick)
         far = df[df["far_from_bound"]]
         lines += ["", "### Part 1: mcmc against the best heuristic (fair links)", "",
                   *table(df), ""]
@@ -575,46 +577,40 @@ def main(argv: list[str] | None = None) -> str:
                      f"every cell: "
                      f"{bool(df['never_worse'].all())}")
     if 2 in parts:
-        budgets = [int(e) for e in args.evals.split(",")]
         df = part_optimum(budgets, args.quick)
         lines += ["", "### Part 2: mcmc against the MILP optimum (contention-free model)", "",
                   *table(df), "", *optimum_summary(df, budgets)]
     if 4 in parts:
-        evals = max(int(e) for e in args.evals.split(","))
-        df = part_every_start(evals, args.quick)
+        df = part_every_start(largest, args.quick)
         won = int((df["gain_vs_heuristic"] >= 0.10).sum())
-        lines += ["", f"### Part 4: mcmc from every one-shot heuristic, {evals} evals, cells "
+        lines += ["", f"### Part 4: mcmc from every one-shot heuristic, {largest} evals, cells "
                   f"more than 10% above the bound", "", *table(df), "",
                   f"at least 10% faster than the best heuristic on {won} of {len(df)}; "
                   f"median gain {df['gain_vs_heuristic'].median():+.1%}"]
     if 6 in parts:
-        evals = max(int(e) for e in args.evals.split(","))
-        df = part_headroom(evals, args.quick)
+        df = part_headroom(largest, args.quick)
         room = df[df["room_for_10pct"]]
         lines += ["", f"### Part 6: headroom above the relaxation and segment bounds, cells "
-                  f"more than 10% above the bound, mcmc at {evals} evals", "", *table(df), "",
+                  f"more than 10% above the bound, mcmc at {largest} evals", "", *table(df), "",
                   f"a plan 10% faster than the best heuristic can exist on {len(room)} of "
                   f"{len(df)} (the others: it would beat the relaxation or the segment "
                   f"bound); mcmc at least 10% faster on "
                   f"{int((df['gain_vs_heuristic'] >= 0.10).sum())} of {len(df)}, and on "
                   f"{int((room['gain_vs_heuristic'] >= 0.10).sum())} of {len(room)} with room"]
     if 7 in parts:
-        evals = max(int(e) for e in args.evals.split(","))
-        df = part_moves(evals, args.quick)
+        df = part_moves(largest, args.quick)
         lines += ["", f"### Part 7: the chain's moves by kind, cells more than 10% above the "
-                  f"bound, mcmc at {evals} evals", "", *table(df), "", *moves_summary(df)]
+                  f"bound, mcmc at {largest} evals", "", *table(df), "", *moves_summary(df)]
     if 8 in parts:
-        evals = max(int(e) for e in args.evals.split(","))
-        df = part_fast_links(evals, args.quick)
+        df = part_fast_links(largest, args.quick)
         lines += ["", f"### Part 8: links {FAST_LINKS:g} times faster, cells more than 10% "
-                  f"above the bound, mcmc at {evals} evals", "", *table(df), "",
+                  f"above the bound, mcmc at {largest} evals", "", *table(df), "",
                   f"the best heuristic within 5% of the bound with fast links on "
                   f"{int((df['fast_heuristic_vs_bound'] <= 1.05).sum())} of {len(df)}"]
     if 9 in parts:
-        evals = max(int(e) for e in args.evals.split(","))
-        df = part_neighbourhoods(evals, args.quick)
+        df = part_neighbourhoods(largest, args.quick)
         lines += ["", f"### Part 9: wider neighbourhoods around mcmc's plans, cells more than "
-                  f"10% above the bound, mcmc at {evals} evals", "", *table(df), "",
+                  f"10% above the bound, mcmc at {largest} evals", "", *table(df), "",
                   f"a one-unit move faster than mcmc's plan on "
                   f"{int((df['unit_best_gain_pct'] > 0).sum())} of {len(df)} (at most "
                   f"{df['unit_best_gain_pct'].max():.3f}%), a branch's on "
