@@ -42,6 +42,13 @@ the same search with its chain's moves screened by the simulator instead of the
 contention-free model (each screened move simulated, uncounted: what a perfect screening
 model could give).
 
+Part 10 (another solver): part 1's cells more than 10% above the lower bound, ``mcmc`` at the
+largest budget: CP-SAT (OR-Tools, :mod:`benchmarks.cpsat`) on the contention-free model for
+``--cpsat-seconds`` a cell on two threads, hinted with ``mcmc``'s plan: its plan's makespan
+in that model and simulated (fair links), and the solver's proven bound on the model's least
+makespan (not on the simulated one's: contention only slows a plan, so it bounds that too).
+A time-limited solve: its plans depend on the machine.
+
 Part 5 (published): for each model and global batch of NeuSight's Megatron-LM iterations
 on four GPUs (``benchmarks/data``; dp4, tp4 and pp4 measured), ``autoparallel`` over the four
 GPUs (FP32, Adam, as measured) against the strategy that ran fastest for real.
@@ -54,11 +61,11 @@ model (each simulated here).
 Parts run together (in one process) build each cell once (its heuristics' plans) and take
 a search already run on a cell with the same parameters and integer seed, and no
 wall-clock cap, from the part that ran it (a seed and a budget give the same plan): parts
-1, 6, 7 and 9 search each far cell at the largest budget once (part 8's cells have other
+1, 6, 7, 9 and 10 search each far cell at the largest budget once (part 8's cells have other
 links).
 
-    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8,9] [--quick]
-                                        [--out F]
+    python -m benchmarks.search_quality [--evals 500,2000] [--parts 1,2,3,4,5,6,7,8,9,10]
+                                        [--cpsat-seconds 300] [--quick] [--out F]
 """
 
 from __future__ import annotations
@@ -298,6 +305,40 @@ def part_neighbourhoods(evals: int, quick: bool) -> pd.DataFrame:
                          "branch_best_gain_pct": 100 * branched[1],
                          "simulator_screen_gain_vs_heuristic":
                              heuristic / screened.info["score_s"] - 1})
+            print(_line(rows[-1]), flush=True)
+    return pd.DataFrame(rows)
+
+
+def part_solver(evals: int, seconds: float, quick: bool) -> pd.DataFrame:
+    """On the cells far from the bound: CP-SAT (:func:`benchmarks.cpsat.solve`, ``seconds``
+    a cell) on the contention-free model from ``mcmc``'s plan (at ``evals``), its plan
+    simulated as ``mcmc``'s are, beside ``mcmc``'s."""
+    from benchmarks.cpsat import solve
+
+    rows = []
+    for cell in cells(quick):
+        if cell.far:
+            row, p = search_run(cell, MCMC(evals=evals))
+            problem = Problem(cell.step, cell.cluster, cell.cost)
+            began = time.perf_counter()
+            out = solve(problem, hint=p, seconds=seconds)
+            solve_s = time.perf_counter() - began
+            simulated = np.inf if out.plan is None else simulate(
+                out.plan, cell.cluster, cell.cost, links="fair").makespan_s
+            heuristic = cell.best[0]
+            rows.append({"model": cell.model, "cluster": cell.cluster_name,
+                         "best_heuristic": row["best_heuristic"],
+                         "heuristic_vs_bound": row["heuristic_vs_bound"], "evals": evals,
+                         "mcmc_model_vs_bound": model_makespan(p, cell.cluster, cell.cost,
+                                                               problem) / cell.bound,
+                         "mcmc_vs_bound": row["mcmc_vs_bound"],
+                         "gain_vs_heuristic": row["gain_vs_heuristic"],
+                         "cpsat_status": out.status,
+                         "cpsat_model_vs_bound": out.model_s / cell.bound,
+                         "cpsat_proven_vs_bound": out.bound_s / cell.bound,
+                         "cpsat_vs_bound": simulated / cell.bound,
+                         "cpsat_gain_vs_heuristic": heuristic / simulated - 1,
+                         "cpsat_s": solve_s})
             print(_line(rows[-1]), flush=True)
     return pd.DataFrame(rows)
 
@@ -553,15 +594,18 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evals", default="500,2000")
     parser.add_argument("--parts", default="1,2,3")
+    parser.add_argument("--cpsat-seconds", type=float, default=300.0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     parts = {int(p) for p in args.parts.split(",")}
     budgets = [int(e) for e in args.evals.split(",")]
-    largest = max(budgets)  # parts 4 and 6-9 search at the largest budget
+    largest = max(budgets)  # parts 4 and 6-10 search at the largest budget
     lines = [describe(), f"date: {datetime.date.today().isoformat()}",
              f"command: python -m benchmarks.search_quality --evals {args.evals} "
-             f"--parts {args.parts}{' --quick' if args.quick else ''}"]
+             f"--parts {args.parts}"
+             f"{f' --cpsat-seconds {args.cpsat_seconds:g}' if 10 in parts else ''}"
+             f"{' --quick' if args.quick else ''}"]
     if 1 in parts:
         df = part_heuristics(budgets, args.quick)
         far = df[df["far_from_bound"]]
@@ -620,6 +664,19 @@ def main(argv: list[str] | None = None) -> str:
                   f"against {df['gain_vs_heuristic'].median():+.1%}, 10% past the best "
                   f"heuristic on {int((df['simulator_screen_gain_vs_heuristic'] >= 0.10).sum())}"
                   f" of {len(df)}"]
+    if 10 in parts:
+        df = part_solver(largest, args.cpsat_seconds, args.quick)
+        lines += ["", f"### Part 10: CP-SAT from mcmc's plans, {args.cpsat_seconds:g} s a cell, "
+                  f"cells more than 10% above the bound, mcmc at {largest} evals", "",
+                  *table(df), "",
+                  f"CP-SAT's plan faster than mcmc's (simulated) on "
+                  f"{int((df['cpsat_vs_bound'] < df['mcmc_vs_bound']).sum())} of {len(df)} "
+                  f"(by at most {(df['mcmc_vs_bound'] / df['cpsat_vs_bound']).max() - 1:.2%}); "
+                  f"median gain over the best heuristic "
+                  f"{df['cpsat_gain_vs_heuristic'].median():+.1%} against mcmc's "
+                  f"{df['gain_vs_heuristic'].median():+.1%}; at least 10% faster than the "
+                  f"best heuristic on {int((df['cpsat_gain_vs_heuristic'] >= 0.10).sum())} "
+                  f"of {len(df)}"]
     if 5 in parts:
         df = part_published(args.quick)
         lines += ["", "### Part 5: autoparallel against NeuSight's measured 4-GPU strategies",

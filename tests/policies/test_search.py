@@ -911,3 +911,42 @@ def test_the_benchmark_scores_every_move_of_a_unit_and_of_a_branch_around_the_pl
     assert row["branch_best_gain_pct"] == pytest.approx(100 * (score / branched - 1),
                                                         rel=1e-9, abs=1e-10)
     assert row["gain_vs_heuristic"] == pytest.approx(1.0 / score - 1)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cpsat_reaches_the_milps_optimum_and_bounds_it_from_below(seed: int) -> None:
+    # benchmarks.cpsat (OR-Tools) against policy "optimal" (a MILP, HiGHS): two solvers of
+    # the contention-free model, each the other's reference
+    pytest.importorskip("ortools", reason="benchmarks.cpsat needs ortools (the test extra)")
+    from benchmarks.cpsat import TICK, solve
+    from benchmarks.placement_quality import optimum, small_cluster
+    from benchmarks.search_quality import small_graph
+
+    graph, cluster = small_graph(seed), small_cluster()
+    cost = RooflineCost(cluster)
+    _, best = optimum(graph, cluster, cost)
+    out = solve(Problem(graph, cluster, cost), seconds=30)
+    assert out.status == "OPTIMAL"
+    # ticks rounded down: at most one tick lost per op and per transfer on the last path
+    slack = TICK * (len(graph.ops) + len(graph.arrays.edge_src))
+    assert best - 1e-12 <= out.model_s <= best + slack
+    assert best - slack <= out.bound_s <= best
+
+
+def test_a_cpsat_plan_keeps_its_groups_and_the_simulator_runs_it_in_its_makespan() -> None:
+    pytest.importorskip("ortools", reason="benchmarks.cpsat needs ortools (the test extra)")
+    from benchmarks.cpsat import solve
+
+    graph = training_graph(build_model("mlp", batch=32), "adam")
+    cluster = get_cluster("hetero-box")
+    cost = RooflineCost(cluster)
+    problem = Problem(graph, cluster, cost)
+    hint = plan(graph, cluster, "heft", cost)
+    out = solve(problem, hint=hint, seconds=20)
+    assert out.plan is not None and out.status in ("OPTIMAL", "FEASIBLE")
+    assert graph.groups
+    for group in graph.groups.values():
+        assert len({out.plan.placement[name] for name in group}) == 1
+    run = simulate(out.plan, cluster, cost, links="none")
+    assert run.makespan_s == pytest.approx(out.model_s, rel=1e-9)
+    assert out.bound_s <= out.model_s <= contention_free(cluster, cost)(hint) * (1 + 1e-6)
