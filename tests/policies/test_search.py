@@ -950,3 +950,25 @@ def test_a_cpsat_plan_keeps_its_groups_and_the_simulator_runs_it_in_its_makespan
     run = simulate(out.plan, cluster, cost, links="none")
     assert run.makespan_s == pytest.approx(out.model_s, rel=1e-9)
     assert out.bound_s <= out.model_s <= contention_free(cluster, cost)(hint) * (1 + 1e-6)
+
+
+def test_the_benchmark_gives_a_plan_that_does_not_fit_no_time() -> None:
+    # part 10's CP-SAT program knows no memory: its plans are simulated and kept only if
+    # they fit, as the heuristics' are
+    import dataclasses
+
+    from benchmarks.search_quality import simulated_s
+    from hwmodels.spec import Cluster
+    from policies.plans import Plan
+
+    graph = training_graph(build_model("mlp", batch=32), "adam")
+    roomy = get_cluster("workstation")
+    cost = RooflineCost(roomy)
+    made = plan(graph, roomy, "single_device", cost)
+    p = Plan(graph, dict(made.placement), made.order)  # not bound to one cluster's definition
+    assert simulated_s(p, roomy, cost) == simulate(p, roomy, cost, links="fair").makespan_s
+    tiny = Cluster(roomy.name, tuple(dataclasses.replace(d, memory_bytes=2**10)
+                                     for d in roomy.devices), roomy.links)
+    cramped = RooflineCost(tiny)
+    assert not simulate(p, tiny, cramped, links="fair").feasible
+    assert simulated_s(p, tiny, cramped) == math.inf
