@@ -29,6 +29,7 @@ import numpy as np
 
 from policies.plans import Plan
 from policies.problem import Problem, schedule_length
+from policies.search import _merged
 
 if TYPE_CHECKING:
     from ortools.sat.python import cp_model
@@ -165,7 +166,7 @@ class _Program:
             self.model.add_hint(var, where[u] == d)
         free, end = [0] * len(p.devices), [0] * p.n
         position = {n: k for k, n in enumerate(p.names)}
-        for name in _global_order(plan):
+        for name in _merged(plan.graph, plan):  # each device's order kept
             i = position[name]
             d = where[i]
             ready = max((end[k] + self._ticks(p.comm(t, where[k], d)) for k, t in p.preds[i]),
@@ -186,10 +187,3 @@ class _Program:
         where = [where[int(lead)] for lead in self.lead]
         starts = [value(s) for s in self.start]
         return where, sorted(range(self.problem.n), key=lambda i: (starts[i], i))
-
-
-def _global_order(plan: Plan) -> list[str]:
-    """One topological order of ``plan``'s ops that keeps each device's order."""
-    from policies.search import _merged
-
-    return _merged(plan.graph, plan)
